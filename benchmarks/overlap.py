@@ -1,0 +1,124 @@
+"""Async agent loop vs lock-step rollouts when tools take heavy-tailed time.
+
+Every episode has ``--turns`` turns: generate ``--tokens`` tokens with the embedded engine, then call a
+blocking tool whose latency is log-normal (median 0.5 s, sigma 1.2: a few calls take over 5 s), run off the
+event loop in a thread exactly like a sync tool in the agent loop. The same episodes (same latencies, same
+seeds) run two ways in one process:
+
+* async     — one asyncio task per episode, up to ``--in-flight`` episodes at once; the engine batches
+              whatever generation requests are pending (continuous batching);
+* lock-step — waves of ``--in-flight`` episodes: everyone generates, then everyone runs tools, then the next
+              turn (the classic synchronous rollout).
+
+Prints episodes/s for both and the fraction of wall time the engine had work. Last line:
+``RESULT async_vs_lockstep=… engine_busy=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from harmonyrl.engine.local import LocalEngine
+from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.types import SamplingParams
+
+
+def latencies(n: int, turns: int, seed: int, median: float, sigma: float) -> list[list[float]]:
+    rng = random.Random(seed)
+    return [[median * rng.lognormvariate(0.0, sigma) for _ in range(turns)] for _ in range(n)]
+
+
+def prompts(n: int, vocab: int, length: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (n, length), generator=g).tolist()
+
+
+async def _turn(engine: LocalEngine, ids: list[int], tokens: int, seed: int) -> list[int]:
+    gen = await engine.generate(ids, SamplingParams(max_new_tokens=tokens, seed=seed))
+    return ids + list(gen.token_ids)
+
+
+async def _tool(delay: float, obs: list[int]) -> list[int]:
+    await asyncio.to_thread(time.sleep, delay)  # a blocking sandbox call, off the event loop
+    return obs
+
+
+async def run_async(
+    engine: LocalEngine, ps: list[list[int]], lat: list[list[float]], tokens: int, in_flight: int
+) -> float:
+    gate = asyncio.Semaphore(in_flight)
+
+    async def episode(i: int) -> None:
+        async with gate:
+            ids = ps[i]
+            for t, delay in enumerate(lat[i]):
+                ids = await _turn(engine, ids, tokens, seed=i * 100 + t)
+                ids = ids + await _tool(delay, [5, 6, 7, 8])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(episode(i) for i in range(len(ps))))
+    return time.perf_counter() - t0
+
+
+async def run_lockstep(
+    engine: LocalEngine, ps: list[list[int]], lat: list[list[float]], tokens: int, in_flight: int
+) -> float:
+    t0 = time.perf_counter()
+    for start in range(0, len(ps), in_flight):
+        wave = list(range(start, min(start + in_flight, len(ps))))
+        ids = {i: ps[i] for i in wave}
+        for t in range(len(lat[0])):
+            outs = await asyncio.gather(*(_turn(engine, ids[i], tokens, seed=i * 100 + t) for i in wave))
+            ids = dict(zip(wave, outs, strict=True))
+            obs = await asyncio.gather(*(_tool(lat[i][t], [5, 6, 7, 8]) for i in wave))
+            ids = {i: ids[i] + o for i, o in zip(wave, obs, strict=True)}
+    return time.perf_counter() - t0
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=args.in_flight + 8))
+    torch.set_num_threads(args.threads)
+    vocab = 1536
+    model = build_model(build_config("micro", vocab, 0, 1), seed=0).eval()
+    engine = LocalEngine(model, max_batch=args.slots, max_seq_len=1024)
+    ps = prompts(args.episodes, vocab, args.prompt_len, seed=1)
+    lat = latencies(args.episodes, args.turns, seed=2, median=0.5, sigma=1.2)
+    flat = sorted(x for row in lat for x in row)
+    print(
+        f"tool latency: median {flat[len(flat) // 2]:.2f}s  p99 {flat[int(0.99 * len(flat))]:.2f}s  "
+        f"max {flat[-1]:.2f}s  >5s: {sum(x > 5 for x in flat)} of {len(flat)} calls"
+    )
+    await run_async(engine, ps[:8], lat[:8], 4, 8)  # warm-up
+    busy0 = engine.stats.busy_seconds
+    wall_async = await run_async(engine, ps, lat, args.tokens, args.in_flight)
+    busy = (engine.stats.busy_seconds - busy0) / wall_async
+    wall_lock = await run_lockstep(engine, ps, lat, args.tokens, args.in_flight)
+    await engine.close()
+    eps_async, eps_lock = args.episodes / wall_async, args.episodes / wall_lock
+    print(f"{'mode':<10}{'episodes':>10}{'wall s':>10}{'episodes/s':>12}")
+    print(f"{'async':<10}{args.episodes:>10}{wall_async:>10.1f}{eps_async:>12.2f}")
+    print(f"{'lock-step':<10}{args.episodes:>10}{wall_lock:>10.1f}{eps_lock:>12.2f}")
+    print(f"engine busy (async): {busy:.1%} of wall time")
+    print(f"RESULT async_vs_lockstep={eps_async / eps_lock:.2f} engine_busy={busy:.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--episodes", type=int, default=384)
+    p.add_argument("--in-flight", type=int, default=192, help="episodes in flight at once")
+    p.add_argument("--slots", type=int, default=64, help="engine batch slots")
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=32, help="tokens generated per turn")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""One typed, validated, immutable config tree.
+
+Loaded once from YAML (optional) plus dotted ``key=value`` overrides, validated by pydantic, and never
+mutated afterwards (invariant 6). Unknown keys are errors that name the nearest valid key. Derived values
+are properties.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ModelConfig(_Frozen):
+    preset: Literal["nano", "micro", "small"] = "micro"
+    """Size preset of the tiny GPT-OSS (nano: tests, micro: default demo, small: longer runs)."""
+    init_from: Path | None = None
+    """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init."""
+
+
+class CalculatorEnvConfig(_Frozen):
+    name: Literal["calculator"] = "calculator"
+    n_train: int = Field(20_000, ge=1)
+    """Number of generated training tasks."""
+    n_test: int = Field(500, ge=1)
+    """Number of generated held-out tasks (disjoint from training)."""
+    tool_timeout_s: float = Field(5.0, gt=0)
+    """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
+
+
+EnvConfig = CalculatorEnvConfig
+
+
+class SFTConfig(_Frozen):
+    steps: int = Field(300, ge=0)
+    """Optimizer steps of supervised warm start on expert demonstrations (0 skips SFT)."""
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    p_tool: float = Field(0.5, ge=0, le=1)
+    """Probability that the scripted expert uses the tool (otherwise it guesses)."""
+
+
+class RolloutConfig(_Frozen):
+    tasks_per_step: int = Field(8, ge=1)
+    """Distinct tasks per RL step."""
+    group_size: int = Field(8, ge=1)
+    """Episodes per task (the group for group-relative advantages)."""
+    max_turns: int = Field(4, ge=1)
+    """Assistant turns per episode before it is truncated."""
+    max_new_tokens: int = Field(64, ge=1)
+    """Token budget of one assistant turn."""
+    max_seq_len: int = Field(512, ge=32)
+    """Token budget of a whole episode; beyond it the episode is truncated."""
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_batch: int = Field(64, ge=1)
+    """Engine slots: how many sequences decode together."""
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.tasks_per_step * self.group_size
+
+
+class RLConfig(_Frozen):
+    steps: int = Field(40, ge=0)
+    lr: float = Field(1e-3, gt=0)
+    clip_low: float = Field(0.2, ge=0)
+    """PPO clip: ratio lower bound is 1 - clip_low."""
+    clip_high: float = Field(0.28, ge=0)
+    """PPO clip: ratio upper bound is 1 + clip_high (clip-higher)."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL-to-reference loss term (0 disables the reference model)."""
+    entropy_coef: float = Field(0.0, ge=0)
+    std_normalize: bool = True
+    """Divide group-centred rewards by the group std (GRPO); off gives Dr.GRPO-style advantages."""
+    epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    skip_zero_variance_groups: bool = True
+    """Drop groups whose rewards are all equal: their advantage is 0 and they only cost compute."""
+
+
+class EvalConfig(_Frozen):
+    n_tasks: int = Field(200, ge=1)
+    """Held-out tasks evaluated before and after RL."""
+    temperature: float = Field(0.0, ge=0)
+    """0 is greedy decoding."""
+    every: int = Field(0, ge=0)
+    """Also evaluate every N RL steps (0: only before and after)."""
+
+
+class RunConfig(_Frozen):
+    seed: int = 0
+    output_dir: Path = Path("runs")
+    run_name: str | None = None
+    """Folder name under output_dir; default: a timestamp."""
+    threads: int = Field(0, ge=0)
+    """torch intra-op threads; 0 uses all cores."""
+    model: ModelConfig = ModelConfig()
+    env: EnvConfig = CalculatorEnvConfig()
+    sft: SFTConfig = SFTConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    rl: RLConfig = RLConfig()
+    eval: EvalConfig = EvalConfig()
+
+
+class ConfigError(ValueError):
+    """A user mistake in the config: the message is one line that names the key."""
+
+
+def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_known_keys(ann, prefix + name + "."))
+    return keys
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config key '{dotted}': '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``rl.lr=3e-4`` → ("rl.lr", 3e-4). Values are parsed as YAML scalars (numbers, bools, null)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' is not of the form key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override '{text}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _check_keys(tree: dict[str, Any], model: type[BaseModel], prefix: str = "") -> None:
+    known = _known_keys(RunConfig)
+    for key, value in tree.items():
+        full = prefix + key
+        if key not in model.model_fields:
+            near = difflib.get_close_matches(full, known, n=1, cutoff=0.6)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise ConfigError(f"unknown config key '{full}'{hint}")
+        ann = model.model_fields[key].annotation
+        if isinstance(value, dict) and isinstance(ann, type) and issubclass(ann, BaseModel):
+            _check_keys(value, ann, full + ".")
+
+
+def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Load YAML (optional), apply dotted overrides, validate. Raises :class:`ConfigError` on any mistake."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"config file '{path}' does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
+        tree = loaded
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    _check_keys(tree, RunConfig)
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"config key '{loc}': {err['msg']} (got {err.get('input')!r})") from e
+
+
+def dump_config(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

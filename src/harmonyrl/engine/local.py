@@ -1,0 +1,280 @@
+"""The embedded engine: async, continuously batching, KV-cached sampling in the trainer's process.
+
+How it runs: ``generate`` validates, enqueues and awaits a future. One worker coroutine (started lazily on
+the caller's event loop) repeats *admit → step → advance*:
+
+* admit: pending requests take free cache slots (FIFO, up to ``max_batch``); cancelled ones are dropped.
+* step: in a single dedicated worker thread (``run_in_executor``), so agent loops and tool threads keep
+  running meanwhile: a batched prefill of the newly admitted prompts plus one batched decode step for the
+  rows already running, then one batched sampling call for all of them.
+* advance: append the sampled tokens, finish rows (stop id / ``max_new_tokens`` / ``max_seq_len``), free
+  their slots, resolve futures. New requests therefore join, and finished ones leave, between decode steps.
+
+The engine owns a private deep copy of the model (the trainer keeps training its own); ``load_weights``
+copies new weights in between RL steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GptOssForCausalLM
+
+from harmonyrl.engine.forward import LeanForward
+from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
+from harmonyrl.types import Generation, SamplingParams
+
+
+@dataclass
+class EngineStats:
+    """Counters for benchmarks: utilisation = ``busy_seconds / wall`` over the caller's window."""
+
+    tokens_generated: int = 0
+    busy_seconds: float = 0.0
+    steps: int = 0
+    rows_stepped: int = 0
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.rows_stepped / self.steps if self.steps else 0.0
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    future: asyncio.Future[Generation]
+    limit: int  # max tokens to generate: min(max_new_tokens, max_seq_len - len(prompt))
+    stops: frozenset[int]
+    key: int  # seed key for the counter-based noise
+    slot: int = -1
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class LocalEngine:
+    """In-process implementation of :class:`harmonyrl.engine.base.Engine` (structural, no inheritance)."""
+
+    def __init__(
+        self,
+        model: GptOssForCausalLM,
+        max_batch: int = 64,
+        max_seq_len: int = 1024,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if max_batch < 1 or max_seq_len < 2:
+            raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
+        self.max_batch = max_batch
+        self.max_seq_len = max_seq_len
+        self.vocab_size = int(model.config.vocab_size)
+        self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
+        self._fwd = LeanForward(self._model, max_batch, max_seq_len)
+        self.stats = EngineStats()
+        self._pending: deque[_Request] = deque()
+        self._active: list[_Request] = []
+        self._free: list[int] = list(range(max_batch))
+        self._executor: ThreadPoolExecutor | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._closing = False
+
+    # ---------------------------------------------------------------- public API
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Sample a continuation of ``prompt_ids``; concurrent calls share batched forward passes."""
+        prompt = validate_request(prompt_ids, params, self.max_seq_len, self.vocab_size)
+        self._ensure_worker()
+        assert self._loop is not None and self._wakeup is not None
+        request = _Request(
+            prompt=prompt,
+            params=params,
+            future=self._loop.create_future(),
+            limit=min(params.max_new_tokens, self.max_seq_len - len(prompt)),
+            stops=frozenset(params.stop_ids),
+            key=seed_key(params.seed),
+        )
+        self._pending.append(request)
+        self._wakeup.set()
+        return await request.future  # cancelling the caller cancels the future; the worker frees the slot
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy new weights into the engine's private model (strict key match; dtype converted)."""
+        if self.num_in_flight:
+            raise RuntimeError(
+                f"load_weights called with {self.num_in_flight} requests in flight; "
+                "sync weights between RL steps, when no generate() is pending"
+            )
+        with torch.no_grad():
+            self._model.load_state_dict(dict(state_dict), strict=True)
+        self._fwd.refresh()
+
+    async def close(self) -> None:
+        """Stop the worker after its current step; pending and running requests are cancelled."""
+        worker = self._worker
+        if worker is not None and not worker.done():
+            self._closing = True
+            assert self._wakeup is not None
+            self._wakeup.set()
+            await asyncio.wait([worker])
+        self._abandon_all()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._executor, self._worker, self._loop, self._wakeup = None, None, None, None
+        self._closing = False
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests queued or running (not yet resolved)."""
+        return len(self._pending) + len(self._active)
+
+    @property
+    def num_free_slots(self) -> int:
+        return len(self._free)
+
+    # ---------------------------------------------------------------- worker
+
+    def _ensure_worker(self) -> None:
+        """Start the worker on the running loop if it is not running there (e.g. a new ``asyncio.run``)."""
+        loop = asyncio.get_running_loop()
+        if self._worker is not None and not self._worker.done() and self._loop is loop:
+            return
+        if self._worker is not None and not self._worker.done():
+            raise RuntimeError("LocalEngine is already serving another running event loop")
+        self._abandon_all()  # requests left by a previous (dead) loop can never be resolved
+        if self._executor is None:
+            # one thread: steps never overlap, even across event loops
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harmonyrl-engine")
+        self._loop, self._wakeup = loop, asyncio.Event()
+        self._worker = loop.create_task(self._run(), name="harmonyrl-engine")
+
+    async def _run(self) -> None:
+        assert self._loop is not None and self._wakeup is not None and self._executor is not None
+        loop, wakeup, executor = self._loop, self._wakeup, self._executor
+        try:
+            while not self._closing:
+                self._drop_cancelled()
+                if not self._pending and not self._active:
+                    wakeup.clear()
+                    await wakeup.wait()
+                    continue
+                new, old = self._admit(), sorted(self._active, key=lambda r: r.slot)
+                self._active.extend(new)
+                try:
+                    tokens, logprobs = await loop.run_in_executor(executor, self._compute, new, old)
+                except Exception as exc:  # a failed step fails its requests, not the engine
+                    self._finish_all(new + old, exc)
+                    continue
+                self._advance(new + old, tokens, logprobs)
+        except BaseException as exc:
+            self._abandon_all(exc if isinstance(exc, Exception) else None)
+            raise
+
+    def _drop_cancelled(self) -> None:
+        if any(r.future.done() for r in self._pending):
+            self._pending = deque(r for r in self._pending if not r.future.done())
+        for r in [r for r in self._active if r.future.done()]:
+            self._release(r)
+
+    def _admit(self) -> list[_Request]:
+        new: list[_Request] = []
+        while self._pending and self._free:
+            request = self._pending.popleft()
+            request.slot = self._free.pop(0)
+            new.append(request)
+        self._free.sort()  # lowest slots first keeps the active set contiguous more often
+        return new
+
+    def _release(self, request: _Request) -> None:
+        self._active.remove(request)
+        self._free.append(request.slot)
+        self._free.sort()
+
+    def _advance(self, rows: list[_Request], tokens: list[int], logprobs: list[float]) -> None:
+        """Append one sampled token per row; resolve finished rows and free their slots."""
+        for request, token, logprob in zip(rows, tokens, logprobs, strict=True):
+            if request.future.done():  # cancelled while the step ran
+                self._release(request)
+                continue
+            request.tokens.append(token)
+            request.logprobs.append(logprob)
+            if token in request.stops or len(request.tokens) >= request.limit:
+                reason = "stop" if token in request.stops else "length"
+                request.future.set_result(
+                    Generation(tuple(request.tokens), tuple(request.logprobs), reason)
+                )
+                self._release(request)
+
+    def _finish_all(self, rows: list[_Request], exc: Exception) -> None:
+        for request in rows:
+            if not request.future.done():
+                request.future.set_exception(exc)
+            if request in self._active:
+                self._release(request)
+
+    def _abandon_all(self, exc: Exception | None = None) -> None:
+        """Cancel (or fail with ``exc``) everything queued or running and free every slot."""
+        for request in [*self._pending, *self._active]:
+            if not request.future.done() and not request.future.get_loop().is_closed():
+                if exc is None:
+                    request.future.cancel()
+                else:
+                    request.future.set_exception(exc)
+        self._pending.clear()
+        self._active.clear()
+        self._free = list(range(self.max_batch))
+
+    # ---------------------------------------------------------------- compute (worker thread)
+
+    def _compute(self, new: list[_Request], old: list[_Request]) -> tuple[list[int], list[float]]:
+        """Prefill ``new`` rows, decode ``old`` rows, sample all; returns host lists in ``new + old`` order."""
+        start = time.perf_counter()
+        with torch.inference_mode():
+            parts = []
+            if new:
+                parts.append(self._prefill(new))
+            if old:
+                parts.append(self._decode(old))
+            logits = parts[0] if len(parts) == 1 else torch.cat(parts)
+            tokens, logprobs = sample(logits, self._row_params(new + old))
+            out = tokens.tolist(), logprobs.tolist()
+        self.stats.busy_seconds += time.perf_counter() - start
+        self.stats.steps += 1
+        self.stats.rows_stepped += len(new) + len(old)
+        self.stats.tokens_generated += len(new) + len(old)
+        return out
+
+    def _prefill(self, rows: list[_Request]) -> torch.Tensor:
+        longest = max(len(r.prompt) for r in rows)
+        padded = torch.zeros(len(rows), longest, dtype=torch.long)
+        for i, r in enumerate(rows):
+            padded[i, : len(r.prompt)] = torch.tensor(r.prompt)
+        lengths = torch.tensor([len(r.prompt) for r in rows])
+        slots = torch.tensor([r.slot for r in rows])
+        return self._fwd.prefill(padded, lengths, slots)
+
+    def _decode(self, rows: list[_Request]) -> torch.Tensor:
+        # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
+        positions = [len(r.prompt) + len(r.tokens) - 1 for r in rows]
+        tokens = torch.tensor([r.tokens[-1] for r in rows])
+        slots = torch.tensor([r.slot for r in rows])
+        return self._fwd.decode(tokens, torch.tensor(positions), slots, max(positions) + 1)
+
+    @staticmethod
+    def _row_params(rows: list[_Request]) -> RowParams:
+        ps = [r.params for r in rows]
+        return RowParams(
+            temperature=torch.tensor([p.temperature for p in ps], dtype=torch.float32),
+            top_k=torch.tensor([p.top_k for p in ps], dtype=torch.int64),
+            top_p=torch.tensor([p.top_p for p in ps], dtype=torch.float32),
+            keys=torch.tensor([r.key for r in rows], dtype=torch.int64),
+            counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
+            filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
+        )

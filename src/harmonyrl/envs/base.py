@@ -1,0 +1,49 @@
+"""The environment contract.
+
+An environment is created per episode from a task; it is async so that tools can run off the event
+loop while other episodes keep generating. It is a Protocol: users do not subclass anything.
+
+    env = factory.make(task)
+    first = await env.reset()                 # the user message(s); the harmony layer adds system and
+                                              # developer messages from env.instructions and env.tools
+    result = await env.step(assistant_msgs)   # the parsed messages of one assistant turn
+    ...until result.terminated or result.truncated
+
+``step`` receives the messages the model produced in one turn; the last one decides what happens:
+a tool call (``recipient="functions.NAME"``) runs the tool and returns its result as an observation;
+a ``final`` message is graded. Environment faults (tool timeout/crash) come back as
+``StepResult.failure``; they are never scored as a wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from harmonyrl.types import Message, StepResult, Task, ToolSpec
+
+
+class Env(Protocol):
+    @property
+    def tools(self) -> Sequence[ToolSpec]: ...
+
+    @property
+    def instructions(self) -> str:
+        """Developer instructions (plain text); rendered with the tool declarations by the harmony layer."""
+        ...
+
+    async def reset(self) -> list[Message]: ...
+
+    async def step(self, action: Sequence[Message]) -> StepResult: ...
+
+    async def close(self) -> None: ...
+
+
+class EnvFactory(Protocol):
+    """Holds the task splits and makes one Env per episode."""
+
+    name: str
+
+    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]: ...
+
+    def make(self, task: Task) -> Env: ...

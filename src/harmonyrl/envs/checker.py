@@ -1,0 +1,162 @@
+"""``check_env``: contract checks a user runs on their own environment (in the spirit of Gymnasium's).
+
+It drives a few episodes with scripted actions and reports what breaks the contract the rollout layer
+relies on, as a list of issues rather than the first exception, so one run shows everything:
+
+* splits: non-empty, ``Task.split`` matches, ids unique, no prompt shared by train and test;
+* determinism: a second factory from ``rebuild`` yields identical tasks;
+* API shape: ``reset`` returns messages, ``step`` returns a ``StepResult``, tools have object JSON schemas;
+* semantics: a ``final`` answer terminates, never terminated *and* truncated, rewards finite in [0, 1],
+  ``info`` values are floats, a malformed tool call is an observation (model fault), not a crash or failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.types import Message, StepResult, Task, ToolSpec
+
+
+@dataclass(frozen=True)
+class CheckIssue:
+    check: str
+    detail: str
+    task_id: str | None = None
+
+    def __str__(self) -> str:
+        where = f" [{self.task_id}]" if self.task_id else ""
+        return f"{self.check}{where}: {self.detail}"
+
+
+def _check_splits(factory: EnvFactory, rebuild: Callable[[], EnvFactory] | None) -> list[CheckIssue]:
+    issues: list[CheckIssue] = []
+    splits = {s: list(factory.tasks(s)) for s in ("train", "test")}
+    for split, tasks in splits.items():
+        if not tasks:
+            issues.append(CheckIssue("splits", f"{split} split is empty"))
+        if any(not isinstance(t, Task) or t.split != split for t in tasks):
+            issues.append(CheckIssue("splits", f"{split} split holds non-Task items or a wrong Task.split"))
+    ids = [t.id for tasks in splits.values() for t in tasks]
+    if len(set(ids)) != len(ids):
+        issues.append(CheckIssue("splits", "task ids are not unique across train and test"))
+    shared = {t.prompt for t in splits["train"]} & {t.prompt for t in splits["test"]}
+    if shared:
+        issues.append(CheckIssue("splits", f"{len(shared)} prompts appear in both train and test"))
+    if rebuild is not None:
+        again = rebuild()
+        if any(list(again.tasks(s)) != tasks for s, tasks in splits.items()):
+            issues.append(CheckIssue("determinism", "rebuilding the factory gave different tasks"))
+    return issues
+
+
+def _check_tool_spec(spec: object) -> str | None:
+    if not isinstance(spec, ToolSpec):
+        return f"tools must be ToolSpec, got {type(spec).__name__}"
+    params = spec.parameters
+    if not spec.name or not isinstance(params, dict) or params.get("type") != "object":
+        return f"tool {spec.name!r}: parameters must be a JSON schema with type 'object'"
+    props, required = params.get("properties", {}), params.get("required", [])
+    if not isinstance(props, dict) or not isinstance(required, list) or not set(required) <= set(props):
+        return f"tool {spec.name!r}: 'required' must list names from 'properties'"
+    try:
+        json.dumps(params)
+    except (TypeError, ValueError) as e:
+        return f"tool {spec.name!r}: schema is not JSON-serialisable ({e})"
+    return None
+
+
+def _check_result(result: object, what: str) -> list[str]:
+    if not isinstance(result, StepResult):
+        return [f"{what}: step returned {type(result).__name__}, not StepResult"]
+    problems = []
+    if result.terminated and result.truncated:
+        problems.append(f"{what}: terminated and truncated are both set")
+    if not (math.isfinite(result.reward) and 0.0 <= result.reward <= 1.0):
+        problems.append(f"{what}: reward {result.reward} outside [0, 1]")
+    if any(not isinstance(v, float) for v in result.info.values()):
+        problems.append(f"{what}: info values must be floats")
+    if any(not isinstance(m, Message) for m in result.observations):
+        problems.append(f"{what}: observations must be Messages")
+    return problems
+
+
+async def _episode(
+    factory: EnvFactory, task: Task, action: Sequence[Message], label: str
+) -> tuple[StepResult | None, list[str]]:
+    """One scripted single-step episode; a raised exception is a problem to report, not a crash."""
+    try:
+        env = factory.make(task)
+        first = await env.reset()
+        if not isinstance(first, list) or not first or any(not isinstance(m, Message) for m in first):
+            return None, [f"{label}: reset() must return a non-empty list of Messages"]
+        try:
+            result = await env.step(action)
+        finally:
+            await env.close()
+    except Exception as e:
+        return None, [f"{label}: raised {type(e).__name__}: {e}"]
+    problems = _check_result(result, label)
+    return (result if isinstance(result, StepResult) else None), problems
+
+
+async def _check_task(factory: EnvFactory, task: Task) -> list[str]:
+    problems: list[str] = []
+    env = factory.make(task)
+    if not isinstance(env.instructions, str):
+        problems.append("instructions must be a str")
+    problems += [p for spec in env.tools if (p := _check_tool_spec(spec))]
+    await env.close()
+    rewards = []
+    for label, content in (("correct final", task.answer), ("wrong final", "\x00 not an answer \x00")):
+        result, found = await _episode(factory, task, [Message("assistant", content, channel="final")], label)
+        problems += found
+        if result is not None and not result.terminated:
+            problems.append(f"{label}: a final answer must terminate the episode")
+        rewards.append(result.reward if result is not None else 0.0)
+    if rewards[0] < rewards[1]:
+        problems.append("Task.answer as the final answer scores lower than garbage")
+    for spec in env.tools:
+        label = f"bad call to {spec.name}"
+        call = Message("assistant", "{not json", channel="commentary", recipient=f"functions.{spec.name}")
+        result, found = await _episode(factory, task, [call], label)
+        problems += found
+        if result is not None and (result.failure or result.terminated or not result.observations):
+            problems.append(f"{label}: invalid JSON must give an error observation (model fault)")
+    return problems
+
+
+async def acheck_env(
+    factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
+) -> list[CheckIssue]:
+    """Async form of :func:`check_env`, for callers already inside an event loop."""
+    try:
+        issues = _check_splits(factory, rebuild)
+        tasks = list(factory.tasks("train"))[:n_tasks] + list(factory.tasks("test"))[:1]
+    except Exception as e:  # report, don't crash: the point is to list everything that is wrong
+        return [CheckIssue("splits", f"raised {type(e).__name__}: {e}")]
+    for task in tasks:
+        try:
+            issues += [CheckIssue("episode", p, task.id) for p in await _check_task(factory, task)]
+        except Exception as e:
+            issues.append(CheckIssue("episode", f"raised {type(e).__name__}: {e}", task.id))
+    return issues
+
+
+def check_env(
+    factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
+) -> list[CheckIssue]:
+    """Issues found (empty list = OK). ``rebuild`` makes a fresh factory with the same config."""
+    return asyncio.run(acheck_env(factory, n_tasks, rebuild))
+
+
+def assert_env_ok(
+    factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
+) -> None:
+    issues = check_env(factory, n_tasks, rebuild)
+    if issues:
+        raise AssertionError("env check failed:\n" + "\n".join(f"  - {i}" for i in issues))

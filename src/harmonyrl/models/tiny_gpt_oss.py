@@ -1,0 +1,91 @@
+"""Tiny GPT-OSS presets built from transformers' ``GptOssConfig``.
+
+The architecture is the real one — attention sinks, top-k MoE router with SwiGLU-clamped experts,
+alternating sliding-window / full-attention layers, grouped KV heads — only smaller, so the identical
+code path runs on a laptop CPU. Checkpoints are plain safetensors + config.json that
+``AutoModelForCausalLM.from_pretrained`` loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import GptOssConfig, GptOssForCausalLM
+
+PresetName = Literal["nano", "micro", "small"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    num_local_experts: int
+    num_experts_per_tok: int
+    sliding_window: int
+
+
+PRESETS: dict[PresetName, Preset] = {
+    # fast unit tests: ~0.3 M parameters
+    "nano": Preset(64, 2, 4, 2, 16, 64, 4, 2, 32),
+    # the default demo: ~2 M parameters, trains in minutes on 2 CPU cores
+    "micro": Preset(128, 4, 4, 2, 32, 128, 4, 2, 64),
+    # a step up for longer experiments
+    "small": Preset(256, 6, 8, 2, 32, 256, 8, 2, 128),
+}
+
+
+def build_config(
+    preset: PresetName, vocab_size: int, pad_token_id: int, eos_token_id: int, max_positions: int = 2048
+) -> GptOssConfig:
+    p = PRESETS[preset]
+    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(p.num_hidden_layers)]
+    return GptOssConfig(
+        vocab_size=vocab_size,
+        hidden_size=p.hidden_size,
+        intermediate_size=p.intermediate_size,
+        num_hidden_layers=p.num_hidden_layers,
+        num_attention_heads=p.num_attention_heads,
+        num_key_value_heads=p.num_key_value_heads,
+        head_dim=p.head_dim,
+        num_local_experts=p.num_local_experts,
+        num_experts_per_tok=p.num_experts_per_tok,
+        sliding_window=p.sliding_window,
+        layer_types=layer_types,
+        max_position_embeddings=max_positions,
+        # plain RoPE: YaRN scaling only matters for contexts far longer than ours
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+        output_router_logits=False,
+    )
+
+
+def build_model(config: GptOssConfig, seed: int) -> GptOssForCausalLM:
+    """Randomly initialised model in fp32, deterministic given ``seed``."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = GptOssForCausalLM(config)
+    return model.float()
+
+
+def load_model(path: Path) -> GptOssForCausalLM:
+    """Load a checkpoint folder (config.json + model.safetensors) written by :func:`save_model`."""
+    model = GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    return model
+
+
+def save_model(model: GptOssForCausalLM, path: Path) -> None:
+    model.save_pretrained(path, safe_serialization=True)
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

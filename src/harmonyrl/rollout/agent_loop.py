@@ -1,0 +1,153 @@
+"""One episode as one asyncio task: generate → parse → act → observe, token in / token out.
+
+The trajectory's ``token_ids`` are assembled from (a) the rendered prompt, (b) the ids the engine sampled,
+kept exactly as sampled, and (c) the rendered tool observations. Sampled text is never re-tokenised; a
+parity check re-renders each parsed turn and counts any turn whose canonical rendering differs from the
+sampled ids (invariant 1) — the counter is a metric, the sampled ids are what the trainer scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from harmonyrl.engine.base import Engine
+from harmonyrl.envs.base import Env
+from harmonyrl.harmony.parse import parse_completion
+from harmonyrl.harmony.render import (
+    developer_message,
+    render_completion,
+    render_message,
+    render_prompt,
+    system_message,
+)
+from harmonyrl.harmony.tokenizer import Codec
+from harmonyrl.types import Failure, Message, SamplingParams, StepResult, Trajectory, Turn
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_turns: int
+    max_new_tokens: int
+    max_seq_len: int
+
+
+def turn_seed(base_seed: int, turn: int) -> int:
+    """A per-turn sampling seed that does not depend on scheduling order."""
+    digest = hashlib.blake2b(f"{base_seed}:{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
+
+
+def initial_messages(env: Env, first: Sequence[Message]) -> list[Message]:
+    """System + developer (instructions and tool declarations) + the env's first messages.
+
+    The system message omits the ChatGPT identity and knowledge cutoff lines: they cost a tiny model
+    ~26 prompt tokens per episode and say nothing true about it.
+    """
+    tools = list(env.tools)
+    system = system_message(model_identity=None, knowledge_cutoff=None, function_tools=bool(tools))
+    return [system, developer_message(env.instructions, tools), *first]
+
+
+class _Builder:
+    """Accumulates the token stream with its loss mask and sampler log-probs (all the same length)."""
+
+    def __init__(self, prompt_ids: list[int]) -> None:
+        self.ids = list(prompt_ids)
+        self.mask = [0] * len(prompt_ids)
+        self.logprobs = [0.0] * len(prompt_ids)
+
+    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([1] * len(ids))
+        self.logprobs.extend(logprobs)
+
+    def add_context(self, ids: Sequence[int]) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+
+
+def observation_ids(codec: Codec, observations: Sequence[Message]) -> list[int]:
+    """Rendered observations followed by the header that hands the turn back to the assistant."""
+    ids: list[int] = []
+    for msg in observations:
+        ids.extend(render_message(codec, msg))
+    ids.extend(render_prompt(codec, [], next_role="assistant"))
+    return ids
+
+
+async def run_episode(
+    engine: Engine,
+    env: Env,
+    codec: Codec,
+    params: SamplingParams,
+    limits: EpisodeLimits,
+    *,
+    task_id: str,
+    group_id: int,
+    seed: int,
+) -> Trajectory:
+    """Run one episode to termination, truncation or an environment failure."""
+    messages = initial_messages(env, await env.reset())
+    stream = _Builder(render_prompt(codec, messages, next_role="assistant"))
+    turns: list[Turn] = []
+    reward, terminated, truncated = 0.0, False, False
+    failure: Failure | None = None
+    terms: dict[str, float] = {}
+    mismatches = 0
+    for turn in range(limits.max_turns):
+        budget = min(limits.max_new_tokens, limits.max_seq_len - len(stream.ids))
+        if budget <= 0:
+            truncated = True
+            break
+        t0 = time.perf_counter()
+        gen = await engine.generate(
+            stream.ids, replace(params, max_new_tokens=budget, seed=turn_seed(seed, turn))
+        )
+        gen_s = time.perf_counter() - t0
+        stream.add_sampled(gen.token_ids, gen.logprobs)
+        parsed = parse_completion(codec, gen.token_ids)
+        if parsed.error is None and render_completion(codec, parsed.messages) != list(gen.token_ids):
+            mismatches += 1
+        if gen.finish_reason == "length" or parsed.error is not None:
+            # Out of budget mid-message is truncation; a malformed message is the model's fault (reward 0).
+            truncated = gen.finish_reason == "length"
+            terminated = not truncated
+            terms["parse_error"] = 0.0 if truncated else 1.0
+            err = None if parsed.error is None else f"{parsed.error.kind}: {parsed.error.detail}"
+            turns.append(Turn(parsed.messages, err, (), gen_s, 0.0))
+            break
+        t1 = time.perf_counter()
+        result: StepResult = await env.step(parsed.messages)
+        tool_s = time.perf_counter() - t1
+        turns.append(Turn(parsed.messages, None, result.observations, gen_s, tool_s))
+        messages.extend(parsed.messages)
+        reward += result.reward
+        terms.update(result.info)
+        if result.failure is not None:
+            failure = result.failure
+            break
+        if result.terminated or result.truncated:
+            terminated, truncated = result.terminated, result.truncated
+            break
+        messages.extend(result.observations)
+        stream.add_context(observation_ids(codec, result.observations))
+    else:
+        truncated = True
+    return Trajectory(
+        task_id=task_id,
+        group_id=group_id,
+        token_ids=tuple(stream.ids),
+        loss_mask=tuple(stream.mask),
+        sampler_logprobs=tuple(stream.logprobs),
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated and not terminated,
+        failure=failure,
+        turns=tuple(turns),
+        parity_mismatches=mismatches,
+        reward_terms=terms,
+    )

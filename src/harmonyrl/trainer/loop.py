@@ -1,0 +1,237 @@
+"""``harmonyrl train``: SFT warm start, held-out eval, RL steps, held-out eval — top to bottom.
+
+Every run writes to its own folder: ``config.yaml`` (resolved), ``metrics.jsonl``, ``checkpoints/`` and
+``summary.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from harmonyrl.config import RunConfig, dump_config
+from harmonyrl.engine.local import LocalEngine
+from harmonyrl.envs.calculator import CalculatorFactory, expert_demo
+from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, num_parameters
+from harmonyrl.rollout.agent_loop import EpisodeLimits
+from harmonyrl.rollout.scheduler import group_requests, run_episodes
+from harmonyrl.telemetry.metrics import JsonlSink, summarize_rollouts, time_split
+from harmonyrl.telemetry.progress import StepProgress
+from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.evaluate import evaluate
+from harmonyrl.trainer.rl import prepare, rl_update
+from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
+from harmonyrl.types import SamplingParams
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    success_before: float
+    success_after: float
+    minutes: float
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def prepare_run_dir(config: RunConfig) -> Path:
+    """A fresh run folder; refuses to reuse a non-empty one so no earlier run is overwritten."""
+    name = config.run_name or time.strftime("%Y%m%d-%H%M%S")
+    run_dir = config.output_dir / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise FileExistsError(
+            f"run folder '{run_dir}' already exists and is not empty; choose another run_name"
+        )
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    return run_dir
+
+
+def make_factory(config: RunConfig) -> CalculatorFactory:
+    e = config.env
+    return CalculatorFactory(
+        seed=config.seed, n_train=e.n_train, n_test=e.n_test, tool_timeout_s=e.tool_timeout_s
+    )
+
+
+def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
+    if config.model.init_from is not None:
+        return load_model(config.model.init_from)
+    mcfg = build_config(
+        config.model.preset,
+        tok.vocab_size,
+        tok.special.endoftext,
+        tok.special.return_,
+        max_positions=max(1024, config.rollout.max_seq_len),
+    )
+    return build_model(mcfg, seed=config.seed)
+
+
+async def run_sft(
+    model: torch.nn.Module,
+    tok: HarmonyTokenizer,
+    factory: CalculatorFactory,
+    config: RunConfig,
+    sink: JsonlSink,
+    progress: StepProgress,
+) -> None:
+    cfg = config.sft
+    n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
+    tasks = factory.tasks("train")[:n_demos]
+    demos = await build_demos(
+        tok, factory, lambda t, r: expert_demo(t, r, p_tool=cfg.p_tool), tasks, config.seed
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
+    model.train()
+    progress.start("sft", cfg.steps)
+    for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
+        loss = sft_step(model, optimizer, batch, tok.special.endoftext)
+        schedule.step()
+        sink.write(step, {"sft/loss": loss, "sft/lr": schedule.get_last_lr()[0]}, "sft")
+        progress.advance(f"loss {loss:.3f}")
+    progress.stop()
+
+
+async def train(config: RunConfig, console: Console) -> TrainResult:
+    t_start = time.perf_counter()
+    seed_everything(config.seed, config.threads)
+    run_dir = prepare_run_dir(config)
+    sink = JsonlSink(run_dir / "metrics.jsonl")
+    progress = StepProgress(console)
+    tok = HarmonyTokenizer.load_default()
+    factory = make_factory(config)
+    model = make_model(config, tok)
+    console.print(
+        f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
+        f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}"
+    )
+
+    # 1. supervised warm start on the (imperfect) expert's demonstrations
+    if config.sft.steps > 0 and config.model.init_from is None:
+        await run_sft(model, tok, factory, config, sink, progress)
+        save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
+    ref_model = copy.deepcopy(model).eval()
+    for p in ref_model.parameters():
+        p.requires_grad_(False)
+
+    # 2. held-out evaluation of the starting policy
+    r = config.rollout
+    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len)
+    limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
+    test_tasks = factory.tasks("test")[: config.eval.n_tasks]
+    before = await evaluate(engine, factory, tok, test_tasks, limits, config.eval.temperature, config.seed)
+    sink.write(0, before, "eval")
+    console.print(f"held-out success before RL: [bold]{before['eval/success']:.1%}[/]")
+
+    # 3. RL: rollouts with the current policy → advantages → clipped policy update → weights to the engine
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.rl.lr, weight_decay=0.0, betas=(0.9, 0.99))
+    params = SamplingParams(
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        stop_ids=(tok.special.call, tok.special.return_),
+    )
+    train_tasks = factory.tasks("train")
+    progress.start("rl", config.rl.steps)
+    for step in range(config.rl.steps):
+        t0 = time.perf_counter()
+        offset = (step * r.tasks_per_step) % len(train_tasks)
+        tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
+        requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
+        rollout = await run_episodes(
+            engine, factory, tok, requests, params, limits, max_concurrency=r.max_batch
+        )
+        metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
+        t1 = time.perf_counter()
+        prepared = prepare(rollout.trajectories, config.rl, tok.special.endoftext)
+        if prepared is not None:
+            metrics |= rl_update(model, optimizer, prepared, config.rl, ref_model)
+            engine.load_weights(model.state_dict())
+        t2 = time.perf_counter()
+        tokens = sum(t.num_sampled for t in rollout.trajectories)
+        metrics |= {
+            "time/rollout_s": t1 - t0,
+            "time/train_s": t2 - t1,
+            "time/step_s": t2 - t0,
+            "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
+            "train/skipped": float(prepared is None),
+        }
+        if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
+            metrics |= await evaluate(
+                engine, factory, tok, test_tasks, limits, config.eval.temperature, config.seed
+            )
+        sink.write(step + 1, metrics, "rl")
+        progress.advance(
+            f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}"
+        )
+    progress.stop()
+    save_checkpoint(run_dir / "checkpoints" / "final", model, optimizer, config.rl.steps, {})
+
+    # 4. held-out evaluation of the trained policy
+    after = await evaluate(engine, factory, tok, test_tasks, limits, config.eval.temperature, config.seed)
+    sink.write(config.rl.steps, after, "eval")
+    await engine.close()
+    sink.close()
+    minutes = (time.perf_counter() - t_start) / 60
+    result = TrainResult(run_dir, before["eval/success"], after["eval/success"], minutes)
+    (run_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "success_before": result.success_before,
+                "success_after": result.success_after,
+                "minutes": minutes,
+            },
+            indent=2,
+        )
+    )
+    console.print(
+        f"held-out success: [bold]{result.success_before:.1%} → {result.success_after:.1%}[/] "
+        f"in {minutes:.1f} min  ({run_dir})"
+    )
+    return result
+
+
+async def sft_only(config: RunConfig, console: Console) -> Path:
+    """``harmonyrl sft``: warm start only; returns the checkpoint folder."""
+    seed_everything(config.seed, config.threads)
+    run_dir = prepare_run_dir(config)
+    sink = JsonlSink(run_dir / "metrics.jsonl")
+    tok = HarmonyTokenizer.load_default()
+    factory = make_factory(config)
+    model = make_model(config, tok)
+    await run_sft(model, tok, factory, config, sink, StepProgress(console))
+    sink.close()
+    return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
+
+
+async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> dict[str, float]:
+    """``harmonyrl eval``: held-out metrics of a checkpoint."""
+    seed_everything(config.seed, config.threads)
+    tok = HarmonyTokenizer.load_default()
+    factory = make_factory(config)
+    model = load_model(checkpoint)
+    if model.config.vocab_size != tok.vocab_size:
+        raise ValueError(f"checkpoint vocab {model.config.vocab_size} != tokenizer vocab {tok.vocab_size}")
+    r = config.rollout
+    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len)
+    limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
+    tasks = factory.tasks("test")[: config.eval.n_tasks]
+    with console.status(f"evaluating on {len(tasks)} held-out tasks"):
+        metrics = await evaluate(engine, factory, tok, tasks, limits, config.eval.temperature, config.seed)
+    await engine.close()
+    return metrics

@@ -1,0 +1,109 @@
+"""Supervised warm start on expert demonstrations, with the same rendering and loss mask as RL.
+
+A demonstration is rendered exactly as the agent loop would have assembled the episode: the prompt, then
+each assistant turn as the model would sample it (mask 1), each tool result as context (mask 0).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harmonyrl.config import SFTConfig
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.harmony.render import render_completion, render_prompt
+from harmonyrl.harmony.tokenizer import Codec
+from harmonyrl.rollout.agent_loop import initial_messages, observation_ids
+from harmonyrl.trainer.batch import collate, score
+from harmonyrl.types import Message, Task, Trajectory
+
+DemoFn = Callable[[Task, random.Random], list[Message]]
+
+
+@dataclass(frozen=True)
+class Demo:
+    ids: tuple[int, ...]
+    mask: tuple[int, ...]
+
+
+def render_demo(codec: Codec, prefix: Sequence[Message], demo: Sequence[Message]) -> Demo:
+    """Prompt + assistant turns (mask 1) + tool observations (mask 0), as one token stream."""
+    ids = render_prompt(codec, prefix, next_role="assistant")
+    mask = [0] * len(ids)
+    turn: list[Message] = []
+    pending_obs: list[Message] = []
+    for msg in demo:
+        if msg.role == "tool":
+            pending_obs.append(msg)
+            continue
+        if pending_obs:
+            obs = observation_ids(codec, pending_obs)
+            ids, mask, pending_obs = ids + obs, mask + [0] * len(obs), []
+        turn.append(msg)
+        if msg.is_tool_call or msg.channel == "final":
+            comp = render_completion(codec, turn)
+            ids, mask, turn = ids + comp, mask + [1] * len(comp), []
+    if turn or pending_obs:
+        raise ValueError("a demonstration must end with a final answer or a tool call")
+    return Demo(tuple(ids), tuple(mask))
+
+
+async def build_demos(
+    codec: Codec, factory: EnvFactory, expert: DemoFn, tasks: Sequence[Task], seed: int
+) -> list[Demo]:
+    rng = random.Random(seed)
+    demos = []
+    for task in tasks:
+        env = factory.make(task)
+        prefix = initial_messages(env, await env.reset())
+        await env.close()
+        demos.append(render_demo(codec, prefix, expert(task, rng)))
+    return demos
+
+
+def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
+    """Linear warm-up then cosine decay to 10 % of the peak."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return f
+
+
+def sft_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, demos: Sequence[Demo], pad_id: int
+) -> float:
+    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions)."""
+    trajs = [
+        Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos
+    ]
+    batch = collate(trajs, pad_id)
+    scored = score(model, batch.input_ids, batch.attention_mask)
+    loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1.0)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def sft_batches(demos: Sequence[Demo], cfg: SFTConfig, seed: int) -> list[list[Demo]]:
+    """The ``cfg.steps`` batches, sampled with a seeded shuffle (epoch after epoch)."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    out = []
+    for _ in range(cfg.steps):
+        if len(order) < cfg.batch_size:
+            fresh = list(range(len(demos)))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        out.append([demos[i] for i in order[: cfg.batch_size]])
+        del order[: cfg.batch_size]
+    return out

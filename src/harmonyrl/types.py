@@ -1,0 +1,158 @@
+"""Core value types shared by every layer: messages, tool calls, engine I/O, trajectories.
+
+All types are frozen dataclasses. Token-level fields are plain Python lists/tuples (cheap to build in
+the async agent loop); tensors appear only once a :class:`Batch` is assembled for the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+Channel = Literal["analysis", "commentary", "final"]
+CHANNELS: tuple[Channel, ...] = ("analysis", "commentary", "final")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One harmony message.
+
+    ``name`` is the author name for tool messages (``"functions.calculator"``); ``recipient`` is where an
+    assistant message is addressed (``"functions.calculator"`` for a tool call) or, for a tool result,
+    ``"assistant"``. ``content_type`` is the ``<|constrain|>`` value (``"json"``) of a tool call.
+    System and developer messages carry their fully formatted text in ``content``
+    (see :mod:`harmonyrl.harmony.render` for the builders).
+    """
+
+    role: Role
+    content: str
+    channel: Channel | None = None
+    recipient: str | None = None
+    name: str | None = None
+    content_type: str | None = None
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.role == "assistant" and self.recipient is not None and self.recipient != "assistant"
+
+    @property
+    def tool_name(self) -> str | None:
+        """``"calculator"`` for a call addressed to ``functions.calculator``; None if not a tool call."""
+        if not self.is_tool_call or self.recipient is None:
+            return None
+        return self.recipient.split(".", 1)[1] if "." in self.recipient else self.recipient
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool declaration as the model sees it: name, one-line description, JSON schema of the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, object]
+
+
+FailureKind = Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "episode_timeout"]
+"""Environment faults. These are never the model's fault: the episode is masked out of the loss."""
+
+ModelFaultKind = Literal["parse_error", "invalid_tool_args", "unknown_tool"]
+"""Model faults: shown to the model as observations / scored by the env, never masked."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    detail: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    max_new_tokens: int = 128
+    stop_ids: tuple[int, ...] = ()
+    seed: int = 0
+    """Per-request seed. Sampling noise is a function of (seed, position) only, so a request samples the same
+    tokens whatever else is in the batch."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the engine returns for one request.
+
+    ``token_ids`` includes the stop token when ``finish_reason == "stop"``. ``logprobs[i]`` is the
+    sampler's log-probability of ``token_ids[i]`` under the *unmodified* distribution at temperature 1
+    (i.e. ``log_softmax(logits)``), so it is comparable with the trainer's log-probs.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem instance. ``answer`` is what the env's verifier checks against."""
+
+    id: str
+    prompt: str
+    answer: str
+    split: Literal["train", "test"]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What ``Env.step`` returns. ``observations`` are appended to the conversation (tool results)."""
+
+    observations: tuple[Message, ...] = ()
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    failure: Failure | None = None
+    info: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One generate → act cycle inside an episode (for metrics and the readable episode view)."""
+
+    sampled: tuple[Message, ...]
+    parse_error: str | None
+    observations: tuple[Message, ...]
+    generation_s: float
+    tool_s: float
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A finished episode, token in / token out.
+
+    Shapes (all length ``T`` = number of tokens in the conversation):
+      * ``token_ids`` — the exact ids the model saw/produced; sampled ids are never re-tokenised.
+      * ``loss_mask`` — 1 only where the policy sampled the token; prompt and tool-output tokens are 0.
+      * ``sampler_logprobs`` — engine log-prob at sampled positions, 0.0 elsewhere.
+    ``reward`` is the episode return; ``failure`` is set only for environment faults.
+    """
+
+    task_id: str
+    group_id: int
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    sampler_logprobs: tuple[float, ...]
+    reward: float
+    terminated: bool
+    truncated: bool
+    failure: Failure | None
+    turns: tuple[Turn, ...]
+    parity_mismatches: int = 0
+    reward_terms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def success(self) -> bool:
+        return self.reward_terms.get("correct", 0.0) > 0.5

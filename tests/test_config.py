@@ -1,0 +1,44 @@
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from harmonyrl.config import ConfigError, RunConfig, dump_config, load_config
+
+
+def test_defaults_validate_and_are_frozen() -> None:
+    cfg = load_config()
+    assert isinstance(cfg, RunConfig) and cfg.rollout.episodes_per_step == 64
+    with pytest.raises(ValidationError):
+        cfg.rl.lr = 1.0  # type: ignore[misc]
+
+
+def test_overrides_parse_types() -> None:
+    cfg = load_config(None, ["rl.lr=3e-4", "rollout.group_size=4", "rl.std_normalize=false", "run_name=x"])
+    assert cfg.rl.lr == 3e-4 and cfg.rollout.group_size == 4 and cfg.rl.std_normalize is False
+
+
+def test_unknown_key_names_nearest() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'rl\.lrr'.*did you mean 'rl\.lr'"):
+        load_config(None, ["rl.lrr=1"])
+
+
+def test_bad_value_names_key() -> None:
+    with pytest.raises(ConfigError, match=r"rollout\.group_size"):
+        load_config(None, ["rollout.group_size=0"])
+    with pytest.raises(ConfigError, match=r"model\.preset"):
+        load_config(None, ["model.preset=huge"])
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    cfg = load_config(None, ["rl.steps=3"])
+    p = tmp_path / "c.yaml"
+    p.write_text(dump_config(cfg))
+    assert load_config(p) == cfg
+
+
+def test_missing_file_and_bad_override() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(Path("/nonexistent.yaml"))
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["rl.steps"])

@@ -1,0 +1,91 @@
+import torch
+
+from harmonyrl.config import RLConfig
+from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.trainer.batch import collate, score
+from harmonyrl.trainer.rl import prepare, rl_update
+from harmonyrl.types import Failure, Trajectory
+
+VOCAB = 97
+
+
+def _traj(
+    group: int, reward: float, length: int, prompt: int, seed: int, failure: Failure | None = None
+) -> Trajectory:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (length,), generator=g).tolist()
+    mask = [0] * prompt + [1] * (length - prompt)
+    return Trajectory(
+        f"t{group}", group, tuple(ids), tuple(mask), tuple([-1.0] * length), reward, True, False, failure, ()
+    )
+
+
+def _batch() -> list[Trajectory]:
+    # groups with mixed rewards and different lengths (padding), plus one env failure
+    return [
+        _traj(0, 1.0, 30, 10, 1),
+        _traj(0, 0.0, 22, 10, 2),
+        _traj(0, 0.0, 41, 10, 3),
+        _traj(1, 0.0, 25, 12, 4),
+        _traj(1, 1.0, 37, 12, 5),
+        _traj(2, 1.0, 20, 8, 6),
+        _traj(2, 1.0, 28, 8, 7),  # zero-variance group
+        _traj(1, 1.0, 33, 12, 8, Failure("tool_timeout", "slow")),
+    ]
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(build_config("nano", VOCAB, 0, 1), seed=0)
+
+
+def test_failures_and_zero_variance_groups_are_dropped() -> None:
+    prepared = prepare(_batch(), RLConfig(), pad_id=0)
+    assert prepared is not None
+    assert prepared.n_failed == 1 and prepared.n_dropped_zero_var == 2
+    assert prepared.batch.size == 5
+    # the timed-out episode (reward 1) did not enter group 1's statistics: group 1 is {0, 1}
+    assert torch.allclose(prepared.advantages[3:], torch.tensor([-0.7071, 0.7071]), atol=1e-3)
+
+
+def test_failed_episode_has_zero_loss_mask() -> None:
+    batch = collate(_batch(), pad_id=0)
+    assert batch.loss_mask[-1].sum() == 0 and batch.loss_mask[0].sum() > 0
+
+
+def test_on_policy_ratio_is_exactly_one_on_moe_model() -> None:
+    # invariant 4: one epoch, one minibatch → the first forward's ratio is 1.0 bit for bit (MoE included)
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    prepared = prepare(_batch(), RLConfig(epochs=1, minibatches=1), pad_id=0)
+    assert prepared is not None
+    metrics = rl_update(model, opt, prepared, RLConfig(epochs=1, minibatches=1), ref_model=None)
+    assert metrics["train/ratio_max_dev_first_mb"] == 0.0
+    assert metrics["train/clip_fraction"] == 0.0
+    assert metrics["train/grad_norm"] > 0
+
+
+def test_no_grad_and_grad_forward_are_bitwise_equal() -> None:
+    model = _model().eval()
+    b = collate(_batch(), pad_id=0)
+    with torch.no_grad():
+        a = score(model, b.input_ids, b.attention_mask).logprobs
+    c = score(model, b.input_ids, b.attention_mask).logprobs
+    assert torch.equal(a, c.detach())
+
+
+def test_second_epoch_moves_ratio_and_update_changes_policy() -> None:
+    model = _model()
+    cfg = RLConfig(epochs=2, minibatches=2, lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    prepared = prepare(_batch(), cfg, pad_id=0)
+    assert prepared is not None
+    before = score(model.eval(), prepared.batch.input_ids, prepared.batch.attention_mask).logprobs.detach()
+    rl_update(model, opt, prepared, cfg, ref_model=None)
+    after = score(model, prepared.batch.input_ids, prepared.batch.attention_mask).logprobs.detach()
+    m = prepared.batch.loss_mask.bool()
+    assert not torch.equal(before[m], after[m])
+    # positive-advantage episodes became more likely on average, negative ones less
+    gain = ((after - before) * prepared.batch.loss_mask).sum(1)
+    pos, neg = prepared.advantages > 0, prepared.advantages < 0
+    assert gain[pos].mean() > gain[neg].mean()
