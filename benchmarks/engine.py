@@ -43,8 +43,16 @@ def run_hf(model: GptOssForCausalLM, prompts: list[list[int]]) -> int:
         mask[i, longest - len(p) :] = 1
     with torch.inference_mode():
         out = model.generate(
-            input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-            max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=PAD, eos_token_id=None,
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            pad_token_id=PAD,
+            eos_token_id=None,
         )
     return (out.shape[1] - longest) * len(prompts)
 
@@ -60,36 +68,46 @@ def run_engine(engine: LocalEngine, prompts: list[list[int]]) -> int:
     return asyncio.run(go())
 
 
-def timed(fn: Callable[[], int]) -> tuple[int, float]:
-    """Warm up once, then median wall time over ``REPEATS`` runs."""
-    fn()
-    times, tokens = [], 0
+def measure(runs: dict[str, Callable[[], int]]) -> dict[str, tuple[int, float]]:
+    """Warm each up once, then interleave ``REPEATS`` timed rounds (fair under noisy neighbours);
+    returns ``name -> (tokens, median seconds)``."""
+    for fn in runs.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    tokens: dict[str, int] = {}
     for _ in range(REPEATS):
-        start = time.perf_counter()
-        tokens = fn()
-        times.append(time.perf_counter() - start)
-    return tokens, statistics.median(times)
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            tokens[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (tokens[name], statistics.median(times[name])) for name in runs}
 
 
 def main() -> None:
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
     config = build_config("micro", VOCAB, PAD, EOS)
     model = build_model(config, seed=0).eval()
     prompts = make_prompts()
     engine = LocalEngine(model, max_batch=64, max_seq_len=512)
 
-    hf_tokens, hf_s = timed(lambda: run_hf(model, prompts))
-    engine.stats.__init__()  # type: ignore[misc]  # count only the timed engine runs below
-    eng_tokens, eng_s = timed(lambda: run_engine(engine, prompts))
+    results = measure(
+        {
+            "transformers generate": lambda: run_hf(model, prompts),
+            "LocalEngine": lambda: run_engine(engine, prompts),
+        }
+    )
     asyncio.run(engine.close())
-
-    rows = [("transformers generate", hf_tokens, hf_s), ("LocalEngine", eng_tokens, eng_s)]
+    (hf_tokens, hf_s), (eng_tokens, eng_s) = results["transformers generate"], results["LocalEngine"]
+    rows = [(name, tok, sec) for name, (tok, sec) in results.items()]
     print(f"threads={torch.get_num_threads()} prompts={NUM_PROMPTS} new_tokens={NEW_TOKENS} repeats={REPEATS}")
     print(f"{'implementation':<24}{'tokens':>8}{'seconds':>10}{'tokens/s':>11}")
     for name, tokens, seconds in rows:
         print(f"{name:<24}{tokens:>8}{seconds:>10.3f}{tokens / seconds:>11.1f}")
     stats = engine.stats
-    print(f"engine: steps={stats.steps} mean_batch={stats.mean_batch_size:.1f} busy_s={stats.busy_seconds:.3f}")
+    print(
+        f"engine (warm-up + {REPEATS} runs): steps={stats.steps} mean_batch={stats.mean_batch_size:.1f} "
+        f"busy_s={stats.busy_seconds:.3f} tokens={stats.tokens_generated}"
+    )
     ratio = (eng_tokens / eng_s) / (hf_tokens / hf_s)
     print(f"RESULT engine_vs_hf={ratio:.2f}")
 

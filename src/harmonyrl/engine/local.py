@@ -207,9 +207,7 @@ class LocalEngine:
             request.logprobs.append(logprob)
             if token in request.stops or len(request.tokens) >= request.limit:
                 reason = "stop" if token in request.stops else "length"
-                request.future.set_result(
-                    Generation(tuple(request.tokens), tuple(request.logprobs), reason)
-                )
+                request.future.set_result(Generation(tuple(request.tokens), tuple(request.logprobs), reason))
                 self._release(request)
 
     def _finish_all(self, rows: list[_Request], exc: Exception) -> None:
@@ -264,8 +262,7 @@ class LocalEngine:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
         positions = [len(r.prompt) + len(r.tokens) - 1 for r in rows]
         tokens = torch.tensor([r.tokens[-1] for r in rows])
-        slots = torch.tensor([r.slot for r in rows])
-        return self._fwd.decode(tokens, torch.tensor(positions), slots, max(positions) + 1)
+        return self._fwd.decode(tokens, positions, [r.slot for r in rows])
 
     @staticmethod
     def _row_params(rows: list[_Request]) -> RowParams:

@@ -110,9 +110,7 @@ def sample(logits: torch.Tensor, rows: RowParams) -> tuple[torch.Tensor, torch.T
     return tokens, logprobs
 
 
-def validate_request(
-    prompt_ids: Sequence[int], params: SamplingParams, max_seq_len: int, vocab_size: int
-) -> list[int]:
+def validate_request(prompt_ids: Sequence[int], params: SamplingParams, max_seq_len: int, vocab_size: int) -> list[int]:
     """Check a request up front (clear ``ValueError`` at the call site, not a crash in the worker)."""
     ids = [int(t) for t in prompt_ids]
     if not ids:

@@ -1,0 +1,66 @@
+"""The command line: a 2-step train smoke run writes a complete run folder; user mistakes are one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harmonyrl.cli import app
+
+runner = CliRunner()
+TINY = [
+    "model.preset=nano", "sft.steps=3", "sft.batch_size=4", "rl.steps=2", "rollout.tasks_per_step=2",
+    "rollout.group_size=2", "rollout.max_new_tokens=24", "eval.n_tasks=4", "env.n_train=64", "env.n_test=8",
+]
+
+
+def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=smoke"])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "smoke"
+    assert (run / "config.yaml").is_file()
+    assert (run / "checkpoints" / "final" / "model.safetensors").is_file()
+    assert (run / "checkpoints" / "sft" / "config.json").is_file()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    phases = [r["phase"] for r in rows]
+    assert phases.count("sft") == 3 and phases.count("rl") == 2 and phases.count("eval") == 2
+    rl = [r for r in rows if r["phase"] == "rl"]
+    for key in ("rollout/reward", "rollout/tool_call_rate", "rollout/parse_error_rate", "time/rollout_s",
+                "rollout/tokens_per_s", "rollout/response_tokens"):
+        assert key in rl[0], key
+    summary = json.loads((run / "summary.json").read_text())
+    assert 0.0 <= summary["success_after"] <= 1.0
+    # the final checkpoint is a transformers checkpoint
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "final")
+    assert model.config.model_type == "gpt_oss"
+    # and `harmonyrl eval` reads it
+    ev = runner.invoke(app, ["eval", "--checkpoint", str(run / "checkpoints" / "final"), "eval.n_tasks=2",
+                             "env.n_train=64", "env.n_test=8"])
+    assert ev.exit_code == 0, ev.output
+    assert "eval/success" in ev.output
+    # a second run into the same folder is refused, the first is untouched
+    again = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=smoke"])
+    assert again.exit_code == 2 and "already exists" in again.output
+    assert (run / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["train", "rl.lrr=1"], "unknown config key 'rl.lrr' (did you mean 'rl.lr'?)"),
+        (["train", "rollout.group_size=-1"], "rollout.group_size"),
+        (["train", "model.preset=huge"], "model.preset"),
+        (["train", "--config", "/nonexistent.yaml"], "does not exist"),
+        (["eval", "--checkpoint", "/nonexistent"], "not a checkpoint folder"),
+    ],
+)
+def test_user_mistakes_are_one_line_errors(args: list[str], expected: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert "Traceback" not in result.output
