@@ -6,10 +6,12 @@ Every run writes to its own folder: ``config.yaml`` (resolved), ``metrics.jsonl`
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,9 +109,16 @@ async def run_sft(
     progress.stop()
 
 
+def widen_tool_pool(config: RunConfig) -> None:
+    """Sync tools run in the loop's default executor, which has only cpu+4 threads: with slow tools that
+    would serialise episodes. Give every in-flight episode a thread."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=config.rollout.max_batch + 8))
+
+
 async def train(config: RunConfig, console: Console) -> TrainResult:
     t_start = time.perf_counter()
     seed_everything(config.seed, config.threads)
+    widen_tool_pool(config)
     run_dir = prepare_run_dir(config)
     sink = JsonlSink(run_dir / "metrics.jsonl")
     progress = StepProgress(console)
