@@ -8,7 +8,7 @@ from harmonyrl.config import ConfigError, RunConfig, dump_config, load_config
 
 def test_defaults_validate_and_are_frozen() -> None:
     cfg = load_config()
-    assert isinstance(cfg, RunConfig) and cfg.rollout.episodes_per_step == 64
+    assert isinstance(cfg, RunConfig) and cfg.rollout.episodes_per_step == 128
     with pytest.raises(ValidationError):
         cfg.rl.lr = 1.0  # type: ignore[misc]
 

@@ -40,19 +40,20 @@ EnvConfig = CalculatorEnvConfig
 
 
 class SFTConfig(_Frozen):
-    steps: int = Field(300, ge=0)
+    steps: int = Field(500, ge=0)
     """Optimizer steps of supervised warm start on expert demonstrations (0 skips SFT)."""
     batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
-    p_tool: float = Field(0.5, ge=0, le=1)
-    """Probability that the scripted expert uses the tool (otherwise it guesses)."""
+    p_tool: float = Field(0.8, ge=0, le=1)
+    """Probability that the scripted expert uses the tool (otherwise it guesses). Below ~0.8 the micro model
+    sees too few copy examples to learn to copy numbers within the default SFT budget (measured: 0.5 → 0 %)."""
 
 
 class RolloutConfig(_Frozen):
     tasks_per_step: int = Field(8, ge=1)
     """Distinct tasks per RL step."""
-    group_size: int = Field(8, ge=1)
+    group_size: int = Field(16, ge=1)
     """Episodes per task (the group for group-relative advantages)."""
     max_turns: int = Field(4, ge=1)
     """Assistant turns per episode before it is truncated."""
@@ -63,7 +64,7 @@ class RolloutConfig(_Frozen):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
-    max_batch: int = Field(64, ge=1)
+    max_batch: int = Field(128, ge=1)
     """Engine slots: how many sequences decode together."""
 
     @property
@@ -72,8 +73,9 @@ class RolloutConfig(_Frozen):
 
 
 class RLConfig(_Frozen):
-    steps: int = Field(40, ge=0)
-    lr: float = Field(1e-3, gt=0)
+    steps: int = Field(80, ge=0)
+    lr: float = Field(3e-4, gt=0)
+    """Measured on the default task: 1e-3 collapses tool use within 10 steps, 3e-4 improves steadily."""
     clip_low: float = Field(0.2, ge=0)
     """PPO clip: ratio lower bound is 1 - clip_low."""
     clip_high: float = Field(0.28, ge=0)
