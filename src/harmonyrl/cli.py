@@ -26,14 +26,6 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _quiet_transformers() -> None:
-    """Our own progress display is the one to watch; silence per-file load/save bars."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
 def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
     try:
         return load_config(config, overrides or [])
@@ -45,7 +37,6 @@ def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
 def train(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
     """SFT warm start, then RL on the environment, with held-out evaluation before and after."""
     cfg = _config(config, overrides)
-    _quiet_transformers()
     from harmonyrl.trainer.loop import train as run_train
 
     try:
@@ -58,7 +49,6 @@ def train(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
 def sft(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
     """Supervised warm start only; writes RUN/checkpoints/sft for `train model.init_from=...`."""
     cfg = _config(config, overrides)
-    _quiet_transformers()
     from harmonyrl.trainer.loop import sft_only
 
     try:
@@ -80,7 +70,6 @@ def evaluate(
     cfg = _config(config, overrides)
     if not (checkpoint / "config.json").is_file():
         raise _fail(f"'{checkpoint}' is not a checkpoint folder (no config.json inside)")
-    _quiet_transformers()
     from harmonyrl.trainer.loop import eval_only
 
     try:

@@ -15,6 +15,16 @@ import torch
 from harmonyrl.algorithms.losses import AggregationMode, aggregate_loss
 
 
+def _group_sums(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``[B]`` rewards and group ids → (``[B]`` dense group index, ``[G]`` group sizes, ``[G]`` reward sums)."""
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [B]")
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    counts = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, torch.ones_like(rewards))
+    sums = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
+    return inverse, counts, sums
+
 def group_relative_advantages(
     rewards: torch.Tensor, group_ids: torch.Tensor, std_normalize: bool = True, eps: float = 1e-6
 ) -> torch.Tensor:
@@ -30,17 +40,12 @@ def group_relative_advantages(
     Example (hand-derived): rewards [1, 0, 0, 1, 1, 1], groups [0, 0, 0, 1, 1, 1] → group 0 mean 1/3,
     std sqrt(((2/3)²+2·(1/3)²)/2) = sqrt(1/3) ≈ 0.5774 → [1.1547, -0.5774, -0.5774, 0, 0, 0].
     """
-    if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [B]")
-    _, inverse = torch.unique(group_ids, return_inverse=True)
-    n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
-    counts = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, torch.ones_like(rewards))
-    sums = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
+    inverse, counts, sums = _group_sums(rewards, group_ids)
     mean = sums / counts
     centred = rewards - mean[inverse]
     if not std_normalize:
         return centred
-    sq = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, centred**2)
+    sq = torch.zeros_like(counts).index_add_(0, inverse, centred**2)
     std = torch.sqrt(sq / (counts - 1).clamp(min=1))
     return centred / (std[inverse] + eps)
 
@@ -63,12 +68,7 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Ten
 
     Example (hand-derived): rewards [1, 0, 0] in one group → [1 - 0, 0 - 1/2, 0 - 1/2] = [1, -0.5, -0.5].
     """
-    if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [B]")
-    _, inverse = torch.unique(group_ids, return_inverse=True)
-    n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
-    counts = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, torch.ones_like(rewards))
-    sums = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
+    inverse, counts, sums = _group_sums(rewards, group_ids)
     n = counts[inverse]
     baseline = (sums[inverse] - rewards) / (n - 1).clamp(min=1)
     return torch.where(n > 1, rewards - baseline, torch.zeros_like(rewards))

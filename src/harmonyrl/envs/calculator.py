@@ -18,6 +18,7 @@ import json
 import operator
 import random
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Literal, NamedTuple
@@ -84,7 +85,9 @@ def evaluate(expression: str) -> Fraction:
     if len(expression) > _MAX_EXPR_CHARS:
         raise CalculatorError(f"expression longer than {_MAX_EXPR_CHARS} characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        with warnings.catch_warnings():  # e.g. "5and" warns before failing; the model sees the error, not stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise CalculatorError(f"invalid expression: {getattr(e, 'msg', None) or e}") from None
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
@@ -43,6 +44,9 @@ class TrainResult:
 
 
 def seed_everything(seed: int, threads: int) -> None:
+    # our progress display is the one to watch: silence transformers' per-file load/save bars
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     random.seed(seed)
     torch.manual_seed(seed)
     if threads > 0:
