@@ -1,8 +1,9 @@
 """Async agent loop vs lock-step rollouts when tools take heavy-tailed time.
 
 Every episode has ``--turns`` turns: generate ``--tokens`` tokens with the embedded engine, then call a
-blocking tool whose latency is log-normal (median 0.5 s, sigma 1.2: a few calls take over 5 s), run off the
-event loop in a thread exactly like a sync tool in the agent loop. The same episodes (same latencies, same
+blocking tool whose latency is log-normal (median 0.5 s, sigma 1.2: a few calls take over 5 s). The tool is a
+real :class:`~harmonyrl.envs.tools.Tool` around ``time.sleep``, so it runs off the event loop exactly as a
+sync tool does in the agent loop. The same episodes (same latencies, same
 seeds) run two ways in one process:
 
 * async     — one asyncio task per episode, up to ``--in-flight`` episodes at once; the engine batches
@@ -22,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from harmonyrl.engine.local import LocalEngine
+from harmonyrl.envs.tools import Tool
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import SamplingParams
 
@@ -48,8 +50,18 @@ async def _turn(engine: LocalEngine, ids: list[int], tokens: int, seed: int) -> 
     return ids + list(gen.token_ids)
 
 
+def sandbox_call(seconds: float) -> str:
+    """A blocking sandbox call that takes ``seconds``."""
+    time.sleep(seconds)
+    return "done"
+
+
+SANDBOX = Tool.from_function(sandbox_call, timeout_s=3600)
+
+
 async def _tool(delay: float, obs: list[int]) -> list[int]:
-    await asyncio.to_thread(time.sleep, delay)  # a blocking sandbox call, off the event loop
+    outcome = await SANDBOX.call(json.dumps({"seconds": delay}))
+    assert outcome.kind == "ok", outcome
     return obs
 
 
@@ -86,7 +98,6 @@ async def run_lockstep(
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=args.in_flight + 8))
     torch.set_num_threads(args.threads)
     vocab = 1536
     model = build_model(build_config("micro", vocab, 0, 1), seed=0).eval()

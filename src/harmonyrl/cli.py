@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
+from harmonyrl.errors import CheckpointError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
 console = Console()
@@ -41,7 +42,7 @@ def train(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
 
     try:
         asyncio.run(run_train(cfg, console))
-    except FileExistsError as e:
+    except (FileExistsError, CheckpointError) as e:
         raise _fail(str(e)) from None
 
 
@@ -53,29 +54,25 @@ def sft(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
 
     try:
         path = asyncio.run(sft_only(cfg, console))
-    except FileExistsError as e:
+    except (FileExistsError, CheckpointError) as e:
         raise _fail(str(e)) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
 
 
 @app.command(name="eval")
 def evaluate(
-    checkpoint: Annotated[
-        Path, typer.Option("--checkpoint", help="Checkpoint folder (config.json + safetensors).")
-    ],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", help="Checkpoint folder (config.json + safetensors).")],
     config: ConfigOpt = None,
     overrides: OverridesArg = None,
 ) -> None:
     """Evaluate a checkpoint on the held-out split; prints a table and the metrics as JSON."""
     cfg = _config(config, overrides)
-    if not (checkpoint / "config.json").is_file():
-        raise _fail(f"'{checkpoint}' is not a checkpoint folder (no config.json inside)")
     from harmonyrl.trainer.loop import eval_only
 
     try:
         metrics = asyncio.run(eval_only(cfg, checkpoint, console))
-    except (OSError, ValueError) as e:
-        raise _fail(f"cannot evaluate '{checkpoint}': {e}".splitlines()[0]) from None
+    except CheckpointError as e:
+        raise _fail(str(e)) from None
     import json
 
     console.print_json(json.dumps(metrics))

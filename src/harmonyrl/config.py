@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class _Frozen(BaseModel):
@@ -24,6 +24,13 @@ class ModelConfig(_Frozen):
     """Size preset of the tiny GPT-OSS (nano: tests, micro: default demo, small: longer runs)."""
     init_from: Path | None = None
     """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init."""
+
+    @field_validator("init_from")
+    @classmethod
+    def _is_checkpoint(cls, path: Path | None) -> Path | None:
+        if path is not None and not (path / "config.json").is_file():
+            raise ValueError(f"'{path}' is not a checkpoint folder (no config.json inside)")
+        return path
 
 
 class CalculatorEnvConfig(_Frozen):

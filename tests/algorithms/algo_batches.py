@@ -68,3 +68,18 @@ def make_batch(seed: int) -> RandomBatch:
         rewards=torch.tensor([rng.choice(reward_set) for _ in range(b)], dtype=torch.float64),
         group_ids=torch.tensor([rng.randint(0, max(b // 2, 1)) for _ in range(b)]),
     )
+
+
+
+def batch_with_sampled_token(seed: int) -> RandomBatch:
+    """``make_batch(seed)``, or the first later seed (step 10 000) whose batch has a sampled token."""
+    while not any(make_batch(seed).rows()):
+        seed += 10_000
+    return make_batch(seed)
+
+
+def pick_sampled_token(rows: list[list[int]], k: int) -> tuple[int, int]:
+    """Deterministically choose one masked token (row, column); ``rows`` must hold at least one."""
+    candidates = [(i, pos) for i, pos in enumerate(rows) if pos]
+    i, pos = candidates[k % len(candidates)]
+    return i, pos[k % len(pos)]

@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from algo_batches import make_batch
+from algo_batches import batch_with_sampled_token, make_batch, pick_sampled_token
 from pydantic import ValidationError
 
 from harmonyrl.algorithms.correction import (
@@ -166,13 +166,10 @@ def test_correction_matches_loop(seed: int, cfg: RolloutCorrectionConfig) -> Non
 
 @pytest.mark.parametrize("seed", range(40))
 def test_shifting_sampler_logp_moves_weights_exactly(seed: int) -> None:
-    b = make_batch(seed)
+    b = batch_with_sampled_token(seed)
     rows = b.rows()
-    candidates = [(i, pos) for i, pos in enumerate(rows) if pos]
-    if not candidates:
-        return
-    i, pos = candidates[seed % len(candidates)]
-    j = pos[seed % len(pos)]
+    i, j = pick_sampled_token(rows, seed)
+    pos = rows[i]
     t, s = b.old_logp, b.sampler_logp
     s2 = s.clone()
     s2[i, j] -= LN2  # the sampler now gives this token half the probability → its weight doubles

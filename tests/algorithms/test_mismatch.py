@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from algo_batches import make_batch
+from algo_batches import batch_with_sampled_token, make_batch, pick_sampled_token
 
 from harmonyrl.algorithms.correction import Rejection, RolloutCorrectionConfig, TruncatedIS, apply_correction
 from harmonyrl.algorithms.mismatch import chi2_and_ess, mismatch_metrics
@@ -96,19 +96,16 @@ def test_mismatch_matches_loop(seed: int) -> None:
 def test_shifting_sampler_logp_moves_metrics_exactly(seed: int) -> None:
     # sampler logp of one token - ln2: its weight w → 2w, so with N masked tokens and n in its row
     # k1 -= ln2/N; k3 += (w - ln2)/N; χ²_tok += 3w²/N; that row's log-ppl diff -= ln2/n; its sequence weight doubles
-    b = make_batch(seed)
+    b = batch_with_sampled_token(seed)
     rows = b.rows()
-    candidates = [(i, pos) for i, pos in enumerate(rows) if pos]
-    if not candidates:
-        return
-    i, pos = candidates[seed % len(candidates)]
-    j = pos[(seed // 2) % len(pos)]
+    i, j = pick_sampled_token(rows, seed)
+    pos = rows[i]
     t, s = b.old_logp, b.sampler_logp
     s2 = s.clone()
     s2[i, j] -= LN2
     before = mismatch_metrics(t, s, b.mask, prefix="")
     after = mismatch_metrics(t, s2, b.mask, prefix="")
-    n_tok, n_seq = sum(len(p) for p in rows), len(candidates)
+    n_tok, n_seq = sum(len(p) for p in rows), sum(1 for p in rows if p)
     w = math.exp(float(t[i, j] - s[i, j]))
     assert after["kl_k1"] - before["kl_k1"] == pytest.approx(-LN2 / n_tok, rel=1e-9)
     assert after["kl_k3"] - before["kl_k3"] == pytest.approx((w - LN2) / n_tok, rel=1e-9)

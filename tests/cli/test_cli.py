@@ -57,10 +57,30 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
         (["train", "model.preset=huge"], "model.preset"),
         (["train", "--config", "/nonexistent.yaml"], "does not exist"),
         (["eval", "--checkpoint", "/nonexistent"], "not a checkpoint folder"),
+        (["train", "model.init_from=/nonexistent"], "model.init_from"),
     ],
 )
 def test_user_mistakes_are_one_line_errors(args: list[str], expected: str) -> None:
     result = runner.invoke(app, args)
+    assert len(result.output.strip().splitlines()) == 1, result.output
     assert result.exit_code == 2
     assert expected in result.output
     assert "Traceback" not in result.output
+
+
+def test_corrupt_checkpoint_is_a_clear_error_and_leaves_no_run_folder(tmp_path: Path) -> None:
+    from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+    from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
+
+    tok = HarmonyTokenizer.load_default()
+    good = tmp_path / "good"
+    save_model(build_model(build_config("nano", tok.vocab_size, 0, 8), seed=0), good)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((good / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"\x00garbage" * 100)
+    ev = runner.invoke(app, ["eval", "--checkpoint", str(bad)])
+    assert ev.exit_code == 2 and "cannot load checkpoint" in ev.output and "Traceback" not in ev.output
+    tr = runner.invoke(app, ["train", f"model.init_from={bad}", f"output_dir={tmp_path / 'runs'}", "run_name=r"])
+    assert tr.exit_code == 2 and "cannot load checkpoint" in tr.output
+    assert not (tmp_path / "runs" / "r").exists()  # a failed start leaves nothing that blocks a retry

@@ -244,3 +244,24 @@ def test_observation_shape() -> None:
     assert observation("calculator", "{}") == Message(
         role="tool", name="functions.calculator", recipient="assistant", channel="commentary", content="{}"
     )
+
+
+def test_many_blocking_sync_tools_run_at_once() -> None:
+    # 32 calls meet at a barrier: it only opens if all 32 run concurrently. The event loop's default executor
+    # (cpu + 4 threads) would leave the barrier broken and every call would crash.
+    import threading
+
+    barrier = threading.Barrier(32, timeout=10)
+
+    def wait_for_all(tag: str) -> str:
+        """Block until 32 calls are in flight."""
+        barrier.wait()
+        return tag
+
+    t = Tool.from_function(wait_for_all, timeout_s=20)
+
+    async def main() -> list[str]:
+        outs = await asyncio.gather(*(t.call(json.dumps({"tag": str(i)})) for i in range(32)))
+        return [o.kind for o in outs]
+
+    assert asyncio.run(main()) == ["ok"] * 32

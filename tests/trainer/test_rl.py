@@ -89,3 +89,50 @@ def test_second_epoch_moves_ratio_and_update_changes_policy() -> None:
     gain = ((after - before) * prepared.batch.loss_mask).sum(1)
     pos, neg = prepared.advantages > 0, prepared.advantages < 0
     assert gain[pos].mean() > gain[neg].mean()
+
+
+def test_entropy_bonus_raises_entropy() -> None:
+    # zero advantages: the only force is the entropy bonus, which must raise the policy's entropy
+    from harmonyrl.trainer.rl import Prepared
+    from harmonyrl.trainer.sft import Demo, sft_step
+
+    model = _model()
+    trajs = _batch()[:5]
+    sharpen = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(15):  # a fresh model is near-uniform (max entropy); make it peaked first
+        sft_step(model, sharpen, [Demo(t.token_ids, t.loss_mask) for t in trajs], pad_id=0)
+    batch = collate(trajs, pad_id=0)
+    prepared = Prepared(batch, torch.zeros(batch.size), 0, 0)
+    cfg = RLConfig(entropy_coef=1.0, lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    m = batch.loss_mask.bool()
+    before = score(model.eval(), batch.input_ids, batch.attention_mask).entropy[m].mean()
+    for _ in range(3):
+        rl_update(model, opt, prepared, cfg, ref_model=None)
+    after = score(model, batch.input_ids, batch.attention_mask).entropy[m].mean()
+    assert before < 4.0 and after > before + 0.05
+
+
+def test_sampler_trainer_gap_is_reported() -> None:
+    # invariant 3: both log-prob streams are carried; k1 mismatch = mean over sampled tokens of (sampler - trainer)
+    model = _model()
+    prepared = prepare(_batch(), RLConfig(), pad_id=0)
+    assert prepared is not None
+    b = prepared.batch
+    with torch.no_grad():
+        trainer = score(model.eval(), b.input_ids, b.attention_mask).logprobs
+    m = b.loss_mask.bool()
+    expected = float((b.sampler_logprobs - trainer)[m].mean())
+    metrics = rl_update(model, torch.optim.AdamW(model.parameters()), prepared, RLConfig(), ref_model=None)
+    assert abs(metrics["mismatch/kl_k1"] - expected) < 1e-4
+    assert metrics["mismatch/kl_k3"] > 0
+
+
+def test_score_entropy_has_gradient_only_when_asked() -> None:
+    model = _model()
+    b = collate(_batch()[:2], pad_id=0)
+    assert not score(model, b.input_ids, b.attention_mask).entropy.requires_grad
+    ent = score(model, b.input_ids, b.attention_mask, entropy_grad=True).entropy
+    assert ent.requires_grad
+    ent.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())

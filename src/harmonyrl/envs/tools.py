@@ -19,20 +19,24 @@ decides who is to blame (invariant 5 of the architecture):
   :class:`~harmonyrl.types.Failure`; the episode is masked, never scored as a wrong answer. A tool that wants
   to tell the model "bad input" must *return* an error text rather than raise.
 
-Sync tools run in a worker thread (``asyncio.to_thread``) so other episodes keep generating. A timed-out
-sync tool cannot be killed: its thread runs to completion in the background. Tools that may hang for good
-belong in a subprocess sandbox, not here.
+Sync tools run in a worker thread of :data:`TOOL_THREADS` so other episodes keep generating. That pool is
+the tools' own, not the event loop's default executor: the default has only ``cpu + 4`` threads, which
+would queue slow tool calls behind each other (6 at a time on a 2-core machine). A timed-out sync tool
+cannot be killed: its thread runs to completion in the background. Tools that may hang for good belong in
+a subprocess sandbox, not here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
@@ -40,6 +44,10 @@ import pydantic
 import pydantic_core
 
 from harmonyrl.types import Failure, Message, ModelFaultKind, ToolSpec
+
+TOOL_THREADS = ThreadPoolExecutor(max_workers=512, thread_name_prefix="harmonyrl-tool")
+"""Threads for sync tools. Threads start lazily, so the size is a ceiling on concurrent blocking calls
+(one per in-flight episode is plenty), not a cost paid up front."""
 
 NAMESPACE = "functions"
 OutcomeKind = Literal["ok", "invalid_json", "invalid_arguments", "unknown_tool", "tool_timeout", "tool_crash"]
@@ -221,7 +229,8 @@ class Tool:
             if inspect.iscoroutinefunction(self.fn):
                 value = await cast(Callable[..., Awaitable[object]], self.fn)(**kwargs)
             else:
-                value = await asyncio.to_thread(self.fn, **kwargs)
+                loop = asyncio.get_running_loop()
+                value = await loop.run_in_executor(TOOL_THREADS, functools.partial(self.fn, **kwargs))
             return safe_text(value)  # conversion can raise too (a broken __repr__): still the tool's fault
         except Exception as e:  # the tool boundary: any tool exception is a value from here on
             return _Raised(e)

@@ -15,6 +15,8 @@ from typing import Literal
 import torch
 from transformers import GptOssConfig, GptOssForCausalLM
 
+from harmonyrl.errors import CheckpointError
+
 PresetName = Literal["nano", "micro", "small"]
 
 
@@ -79,8 +81,13 @@ def build_model(config: GptOssConfig, seed: int) -> GptOssForCausalLM:
 
 def load_model(path: Path) -> GptOssForCausalLM:
     """Load a checkpoint folder (config.json + model.safetensors) written by :func:`save_model`."""
-    model = GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    return model
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"'{path}' is not a checkpoint folder (no config.json inside)")
+    try:
+        return GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    except Exception as e:  # safetensors, JSON and shape errors alike: name the folder, keep the cause
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"cannot load checkpoint '{path}': {first_line}") from e
 
 
 def save_model(model: GptOssForCausalLM, path: Path) -> None:

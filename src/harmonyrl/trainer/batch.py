@@ -83,15 +83,21 @@ class Scored:
     logprobs: torch.Tensor
     """``[B, T-1]`` log-prob of each target token."""
     entropy: torch.Tensor
-    """``[B, T-1]`` entropy of the predictive distribution (detached)."""
+    """``[B, T-1]`` entropy of the predictive distribution (carries gradient only if asked for)."""
 
 
-def score(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Scored:
-    """Trainer log-probs of ``input_ids[:, 1:]`` given their prefixes (one forward pass)."""
+def score(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, entropy_grad: bool = False
+) -> Scored:
+    """Trainer log-probs of ``input_ids[:, 1:]`` given their prefixes (one forward pass).
+
+    The entropy is exact (summed over the vocabulary). It needs a gradient only for an entropy bonus: the
+    sampled-token surprisal ``-logp`` would not do, since ``E[∇ log π] = 0`` makes its gradient vanish.
+    """
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
     logp_all = F.log_softmax(logits.float(), dim=-1)
     logprobs = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy = -(logp_all.exp() * logp_all).sum(-1)
     return Scored(logprobs, entropy)
 

@@ -6,12 +6,12 @@ Every run writes to its own folder: ``config.yaml`` (resolved), ``metrics.jsonl`
 
 from __future__ import annotations
 
-import asyncio
 import copy
+import functools
 import json
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from transformers.utils import logging as hf_logging
 from harmonyrl.config import RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
 from harmonyrl.envs.calculator import CalculatorFactory, expert_demo
+from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, num_parameters
 from harmonyrl.rollout.agent_loop import EpisodeLimits
@@ -43,8 +44,9 @@ class TrainResult:
     minutes: float
 
 
-def seed_everything(seed: int, threads: int) -> None:
-    # our progress display is the one to watch: silence transformers' per-file load/save bars
+def setup_process(seed: int, threads: int) -> None:
+    """Process-wide set-up every command shares: seeds, threads, deterministic kernels, and quiet
+    transformers logging (our progress display is the one to watch, not its per-file load/save bars)."""
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     random.seed(seed)
@@ -59,9 +61,7 @@ def prepare_run_dir(config: RunConfig) -> Path:
     name = config.run_name or time.strftime("%Y%m%d-%H%M%S")
     run_dir = config.output_dir / name
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise FileExistsError(
-            f"run folder '{run_dir}' already exists and is not empty; choose another run_name"
-        )
+        raise FileExistsError(f"run folder '{run_dir}' already exists and is not empty; choose another run_name")
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     return run_dir
@@ -69,14 +69,22 @@ def prepare_run_dir(config: RunConfig) -> Path:
 
 def make_factory(config: RunConfig) -> CalculatorFactory:
     e = config.env
-    return CalculatorFactory(
-        seed=config.seed, n_train=e.n_train, n_test=e.n_test, tool_timeout_s=e.tool_timeout_s
-    )
+    return CalculatorFactory(seed=config.seed, n_train=e.n_train, n_test=e.n_test, tool_timeout_s=e.tool_timeout_s)
+
+
+def load_for(path: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
+    """A checkpoint that must fit the shipped tokenizer (else every id would mean something else)."""
+    model = load_model(path)
+    if model.config.vocab_size != tok.vocab_size:
+        raise CheckpointError(
+            f"checkpoint '{path}' has vocab {model.config.vocab_size}, tokenizer has {tok.vocab_size}"
+        )
+    return model
 
 
 def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
     if config.model.init_from is not None:
-        return load_model(config.model.init_from)
+        return load_for(config.model.init_from, tok)
     mcfg = build_config(
         config.model.preset,
         tok.vocab_size,
@@ -85,6 +93,20 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
         max_positions=max(1024, config.rollout.max_seq_len),
     )
     return build_model(mcfg, seed=config.seed)
+
+
+def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
+    r = config.rollout
+    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len)
+    return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
+
+
+def held_out_eval(
+    config: RunConfig, engine: LocalEngine, factory: CalculatorFactory, tok: HarmonyTokenizer, limits: EpisodeLimits
+) -> Callable[[], Awaitable[dict[str, float]]]:
+    """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
+    tasks = factory.tasks("test")[: config.eval.n_tasks]
+    return functools.partial(evaluate, engine, factory, tok, tasks, limits, config.eval.temperature, config.seed)
 
 
 async def run_sft(
@@ -98,9 +120,7 @@ async def run_sft(
     cfg = config.sft
     n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
     tasks = factory.tasks("train")[:n_demos]
-    demos = await build_demos(
-        tok, factory, lambda t, r: expert_demo(t, r, p_tool=cfg.p_tool), tasks, config.seed
-    )
+    demos = await build_demos(tok, factory, lambda t, r: expert_demo(t, r, p_tool=cfg.p_tool), tasks, config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     model.train()
@@ -113,22 +133,15 @@ async def run_sft(
     progress.stop()
 
 
-def widen_tool_pool(config: RunConfig) -> None:
-    """Sync tools run in the loop's default executor, which has only cpu+4 threads: with slow tools that
-    would serialise episodes. Give every in-flight episode a thread."""
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=config.rollout.max_batch + 8))
-
-
 async def train(config: RunConfig, console: Console) -> TrainResult:
     t_start = time.perf_counter()
-    seed_everything(config.seed, config.threads)
-    widen_tool_pool(config)
+    setup_process(config.seed, config.threads)
+    tok = HarmonyTokenizer.load_default()
+    factory = make_factory(config)
+    model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
     run_dir = prepare_run_dir(config)
     sink = JsonlSink(run_dir / "metrics.jsonl")
     progress = StepProgress(console)
-    tok = HarmonyTokenizer.load_default()
-    factory = make_factory(config)
-    model = make_model(config, tok)
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
         f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}"
@@ -144,10 +157,9 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
 
     # 2. held-out evaluation of the starting policy
     r = config.rollout
-    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len)
-    limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
-    test_tasks = factory.tasks("test")[: config.eval.n_tasks]
-    before = await evaluate(engine, factory, tok, test_tasks, limits, config.eval.temperature, config.seed)
+    engine, limits = make_engine(config, model)
+    held_out = held_out_eval(config, engine, factory, tok, limits)
+    before = await held_out()
     sink.write(0, before, "eval")
     console.print(f"held-out success before RL: [bold]{before['eval/success']:.1%}[/]")
 
@@ -166,9 +178,7 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
         offset = (step * r.tasks_per_step) % len(train_tasks)
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
-        rollout = await run_episodes(
-            engine, factory, tok, requests, params, limits, max_concurrency=r.max_batch
-        )
+        rollout = await run_episodes(engine, factory, tok, requests, params, limits, max_concurrency=r.max_batch)
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
         t1 = time.perf_counter()
         prepared = prepare(rollout.trajectories, config.rl, tok.special.endoftext)
@@ -185,18 +195,14 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
             "train/skipped": float(prepared is None),
         }
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
-            metrics |= await evaluate(
-                engine, factory, tok, test_tasks, limits, config.eval.temperature, config.seed
-            )
+            metrics |= await held_out()
         sink.write(step + 1, metrics, "rl")
-        progress.advance(
-            f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}"
-        )
+        progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
     progress.stop()
     save_checkpoint(run_dir / "checkpoints" / "final", model, optimizer, config.rl.steps, {})
 
     # 4. held-out evaluation of the trained policy
-    after = await evaluate(engine, factory, tok, test_tasks, limits, config.eval.temperature, config.seed)
+    after = await held_out()
     sink.write(config.rl.steps, after, "eval")
     await engine.close()
     sink.close()
@@ -221,12 +227,12 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
 
 async def sft_only(config: RunConfig, console: Console) -> Path:
     """``harmonyrl sft``: warm start only; returns the checkpoint folder."""
-    seed_everything(config.seed, config.threads)
-    run_dir = prepare_run_dir(config)
-    sink = JsonlSink(run_dir / "metrics.jsonl")
+    setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = make_model(config, tok)
+    run_dir = prepare_run_dir(config)
+    sink = JsonlSink(run_dir / "metrics.jsonl")
     await run_sft(model, tok, factory, config, sink, StepProgress(console))
     sink.close()
     return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
@@ -234,17 +240,12 @@ async def sft_only(config: RunConfig, console: Console) -> Path:
 
 async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> dict[str, float]:
     """``harmonyrl eval``: held-out metrics of a checkpoint."""
-    seed_everything(config.seed, config.threads)
+    setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    model = load_model(checkpoint)
-    if model.config.vocab_size != tok.vocab_size:
-        raise ValueError(f"checkpoint vocab {model.config.vocab_size} != tokenizer vocab {tok.vocab_size}")
-    r = config.rollout
-    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len)
-    limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
-    tasks = factory.tasks("test")[: config.eval.n_tasks]
-    with console.status(f"evaluating on {len(tasks)} held-out tasks"):
-        metrics = await evaluate(engine, factory, tok, tasks, limits, config.eval.temperature, config.seed)
+    model = load_for(checkpoint, tok)
+    engine, limits = make_engine(config, model)
+    with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):
+        metrics = await held_out_eval(config, engine, factory, tok, limits)()
     await engine.close()
     return metrics

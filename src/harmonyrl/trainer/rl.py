@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from harmonyrl.algorithms.advantages import broadcast_to_tokens, group_relative_advantages
-from harmonyrl.algorithms.kl import kl_k1, kl_k3
-from harmonyrl.algorithms.losses import masked_token_mean, ppo_clip_loss
+from harmonyrl.algorithms.kl import kl_k3
+from harmonyrl.algorithms.losses import entropy_bonus, masked_token_mean, ppo_clip_loss
+from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
 from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
 from harmonyrl.types import Trajectory
@@ -63,11 +64,6 @@ def _logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return out
 
 
-def _masked_stats(values: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
-    sel = values[mask.bool()]
-    return (float(sel.mean()), float(sel.abs().max())) if sel.numel() else (0.0, 0.0)
-
-
 def rl_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -82,15 +78,8 @@ def rl_update(
     ref_logp = _logprobs(ref_model, batch) if ref_model is not None else old_logp
     token_adv = broadcast_to_tokens(prepared.advantages, batch.loss_mask)
     m = batch.loss_mask
-    mismatch_k1, _ = _masked_stats(kl_k1(batch.sampler_logprobs, old_logp), m)
-    mismatch_k3, _ = _masked_stats(kl_k3(batch.sampler_logprobs, old_logp), m)
-    _, max_abs_gap = _masked_stats(batch.sampler_logprobs - old_logp, m)
-    metrics: dict[str, float] = {
-        "mismatch/kl_k1": mismatch_k1,
-        "mismatch/kl_k3": mismatch_k3,
-        "mismatch/max_abs_logprob_diff": max_abs_gap,
-        "train/kl_ref_k3": _masked_stats(kl_k3(old_logp, ref_logp), m)[0],
-    }
+    metrics = mismatch_metrics(old_logp, batch.sampler_logprobs, m)
+    metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_k3(old_logp, ref_logp), m))
     order = torch.arange(batch.size)
     n_mb = min(cfg.minibatches, batch.size)
     losses, clips, ents, norms, first_dev = [], [], [], [], None
@@ -104,7 +93,7 @@ def rl_update(
             for mb in micro_batches(sub, MICRO_BATCH):
                 w = mb.loss_mask.shape[1]
                 sl = slice(row, row + mb.size)
-                scored = score(model, mb.input_ids, mb.attention_mask)
+                scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=cfg.entropy_coef > 0)
                 out = ppo_clip_loss(
                     scored.logprobs,
                     sub_old[sl, :w],
@@ -120,12 +109,11 @@ def rl_update(
                         kl_k3(scored.logprobs, sub_ref[sl, :w]), mb.loss_mask
                     )
                 if cfg.entropy_coef > 0:
-                    logits_entropy = -scored.logprobs  # sampled-token surprisal: an unbiased entropy estimate
-                    loss = loss - cfg.entropy_coef * share * masked_token_mean(logits_entropy, mb.loss_mask)
+                    loss = loss + share * entropy_bonus(scored.entropy, mb.loss_mask, cfg.entropy_coef)
                 loss.backward()
                 losses.append(float(loss.detach()))
                 clips.append(float(out.clip_fraction) * float(share))
-                ents.append(float(masked_token_mean(scored.entropy, mb.loss_mask)) * float(share))
+                ents.append(float(masked_token_mean(scored.entropy.detach(), mb.loss_mask)) * float(share))
                 dev = max(dev, float(out.ratio_max_dev))
                 row += mb.size
             if first_dev is None:
