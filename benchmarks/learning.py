@@ -2,7 +2,9 @@
 
     python benchmarks/learning.py [--seeds 3] [key=value ...]
 
-Last line: ``RESULT seeds=N mean_before=… mean_after=… mean_minutes=…``.
+"Success" is held-out pass@1 sampled at the evaluation temperature (the policy as it acts); greedy success
+is printed beside it. Last line:
+``RESULT seeds=N mean_before=… mean_after=… mean_minutes=… mean_greedy_before=… mean_greedy_after=…``.
 """
 
 from __future__ import annotations
@@ -33,16 +35,20 @@ def main() -> None:
             None, [*args.overrides, f"seed={seed}", f"output_dir={out}", f"run_name=seed{seed}"]
         )
         result = asyncio.run(train(cfg, console))
-        rows.append((seed, result.success_before, result.success_after, result.minutes))
+        r = result
+        rows.append((seed, r.success_before, r.success_after, r.minutes, r.greedy_before, r.greedy_after))
     table = Table(title="held-out success, default config")
-    for col in ("seed", "before", "after", "gain (pp)", "minutes"):
+    for col in ("seed", "pass@1 before", "after", "gain (pp)", "greedy before", "after", "gain (pp)", "minutes"):
         table.add_column(col, justify="right")
-    for seed, b, a, m in rows:
-        table.add_row(str(seed), f"{b:.1%}", f"{a:.1%}", f"{100 * (a - b):+.1f}", f"{m:.1f}")
+    for seed, b, a, m, gb, ga in rows:
+        gain, ggain = f"{100 * (a - b):+.1f}", f"{100 * (ga - gb):+.1f}"
+        table.add_row(str(seed), f"{b:.1%}", f"{a:.1%}", gain, f"{gb:.1%}", f"{ga:.1%}", ggain, f"{m:.1f}")
     console.print(table)
-    n = len(rows)
-    mb, ma, mm = (sum(r[i] for r in rows) / n for i in (1, 2, 3))
-    print(f"RESULT seeds={n} mean_before={mb:.3f} mean_after={ma:.3f} mean_minutes={mm:.2f}")
+    mb, ma, mm, mgb, mga = (sum(row[i] for row in rows) / len(rows) for i in (1, 2, 3, 4, 5))
+    print(
+        f"RESULT seeds={len(rows)} mean_before={mb:.3f} mean_after={ma:.3f} mean_minutes={mm:.2f} "
+        f"mean_greedy_before={mgb:.3f} mean_greedy_after={mga:.3f}"
+    )
 
 
 if __name__ == "__main__":

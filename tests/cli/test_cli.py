@@ -32,7 +32,7 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
                 "rollout/tokens_per_s", "rollout/response_tokens"):
         assert key in rl[0], key
     summary = json.loads((run / "summary.json").read_text())
-    assert 0.0 <= summary["success_after"] <= 1.0
+    assert 0.0 <= summary["success_after"] <= 1.0 and 0.0 <= summary["greedy_success_after"] <= 1.0
     # the final checkpoint is a transformers checkpoint
     from transformers import AutoModelForCausalLM
 
@@ -42,7 +42,7 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
     ev = runner.invoke(app, ["eval", "--checkpoint", str(run / "checkpoints" / "final"), "eval.n_tasks=2",
                              "env.n_train=64", "env.n_test=8"])
     assert ev.exit_code == 0, ev.output
-    assert "eval/success" in ev.output
+    assert "eval/success" in ev.output and "eval_greedy/success" in ev.output
     # a second run into the same folder is refused, the first is untouched
     again = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=smoke"])
     assert again.exit_code == 2 and "already exists" in again.output

@@ -40,7 +40,11 @@ from harmonyrl.types import SamplingParams
 class TrainResult:
     run_dir: Path
     success_before: float
+    """Held-out pass@1, sampled at the evaluation temperature (``eval/success``)."""
     success_after: float
+    greedy_before: float
+    """Held-out greedy success (``eval_greedy/success``)."""
+    greedy_after: float
     minutes: float
 
 
@@ -106,7 +110,10 @@ def held_out_eval(
 ) -> Callable[[], Awaitable[dict[str, float]]]:
     """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
     tasks = factory.tasks("test")[: config.eval.n_tasks]
-    return functools.partial(evaluate, engine, factory, tok, tasks, limits, config.eval.temperature, config.seed)
+    e = config.eval
+    return functools.partial(
+        evaluate, engine, factory, tok, tasks, limits, e.temperature, e.samples_per_task, config.seed
+    )
 
 
 async def run_sft(
@@ -161,7 +168,10 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
     held_out = held_out_eval(config, engine, factory, tok, limits)
     before = await held_out()
     sink.write(0, before, "eval")
-    console.print(f"held-out success before RL: [bold]{before['eval/success']:.1%}[/]")
+    console.print(
+        f"held-out before RL: pass@1 [bold]{before['eval/success']:.1%}[/]  "
+        f"greedy [bold]{before['eval_greedy/success']:.1%}[/]"
+    )
 
     # 3. RL: rollouts with the current policy → advantages → clipped policy update → weights to the engine
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.rl.lr, weight_decay=0.0, betas=(0.9, 0.99))
@@ -207,19 +217,29 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
     await engine.close()
     sink.close()
     minutes = (time.perf_counter() - t_start) / 60
-    result = TrainResult(run_dir, before["eval/success"], after["eval/success"], minutes)
+    result = TrainResult(
+        run_dir,
+        before["eval/success"],
+        after["eval/success"],
+        before["eval_greedy/success"],
+        after["eval_greedy/success"],
+        minutes,
+    )
     (run_dir / "summary.json").write_text(
         json.dumps(
             {
                 "success_before": result.success_before,
                 "success_after": result.success_after,
+                "greedy_success_before": result.greedy_before,
+                "greedy_success_after": result.greedy_after,
                 "minutes": minutes,
             },
             indent=2,
         )
     )
     console.print(
-        f"held-out success: [bold]{result.success_before:.1%} → {result.success_after:.1%}[/] "
+        f"held-out pass@1: [bold]{result.success_before:.1%} → {result.success_after:.1%}[/]  "
+        f"greedy: [bold]{result.greedy_before:.1%} → {result.greedy_after:.1%}[/]  "
         f"in {minutes:.1f} min  ({run_dir})"
     )
     return result
