@@ -31,9 +31,7 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-learning-"))
     rows = []
     for seed in range(args.seeds):
-        cfg = load_config(
-            None, [*args.overrides, f"seed={seed}", f"output_dir={out}", f"run_name=seed{seed}"]
-        )
+        cfg = load_config(None, [*args.overrides, f"seed={seed}", f"output_dir={out}", f"run_name=seed{seed}"])
         result = asyncio.run(train(cfg, console))
         r = result
         rows.append((seed, r.success_before, r.success_after, r.minutes, r.greedy_before, r.greedy_after))

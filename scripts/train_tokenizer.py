@@ -95,9 +95,7 @@ JSON_SNIPPETS = (
 class _Recorder:
     """A :class:`~harmonyrl.harmony.tokenizer.Codec` that records the text pieces the renderer encodes."""
 
-    special = SpecialIds(
-        start=-1, end=-2, message=-3, channel=-4, constrain=-5, call=-6, return_=-7, endoftext=-8
-    )
+    special = SpecialIds(start=-1, end=-2, message=-3, channel=-4, constrain=-5, call=-6, return_=-7, endoftext=-8)
     vocab_size = 0
 
     def __init__(self) -> None:
@@ -161,7 +159,7 @@ def _episodes(seed: int, n: int) -> Iterator[tuple[str, list[ToolSpec], list[Mes
     for task in list(factory.tasks("train"))[:n]:
         env = factory.make(task)
         user = Message("user", task.prompt)
-        yield env.instructions, list(env.tools), [user, *expert_demo(task, rng)]
+        yield env.instructions, list(env.tools), [user, *expert_demo(task, rng, p_tool=0.6)]  # the corpus's mix
 
 
 def corpus(seed: int = 0, n_conversations: int = 2000) -> list[str]:
@@ -188,9 +186,7 @@ def corpus(seed: int = 0, n_conversations: int = 2000) -> list[str]:
     return [t for t in texts if t]
 
 
-def train(
-    seed: int = 0, n_conversations: int = 2000, vocab_size: int = DEFAULT_VOCAB_SIZE
-) -> HarmonyTokenizer:
+def train(seed: int = 0, n_conversations: int = 2000, vocab_size: int = DEFAULT_VOCAB_SIZE) -> HarmonyTokenizer:
     tok, trainer = build_trainer_pipeline(vocab_size)
     tok.train_from_iterator(corpus(seed, n_conversations), trainer=trainer)
     return HarmonyTokenizer(pad_to_size(tok, vocab_size))

@@ -14,8 +14,8 @@ def test_defaults_validate_and_are_frozen() -> None:
 
 
 def test_overrides_parse_types() -> None:
-    cfg = load_config(None, ["rl.lr=3e-4", "rollout.group_size=4", "rl.std_normalize=false", "run_name=x"])
-    assert cfg.rl.lr == 3e-4 and cfg.rollout.group_size == 4 and cfg.rl.std_normalize is False
+    cfg = load_config(None, ["rl.lr=3e-4", "rollout.group_size=4", "rl.advantage.std_normalize=false", "run_name=x"])
+    assert cfg.rl.lr == 3e-4 and cfg.rollout.group_size == 4 and cfg.rl.advantage.std_normalize is False
 
 
 def test_unknown_key_names_nearest() -> None:

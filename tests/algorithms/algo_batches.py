@@ -70,7 +70,6 @@ def make_batch(seed: int) -> RandomBatch:
     )
 
 
-
 def batch_with_sampled_token(seed: int) -> RandomBatch:
     """``make_batch(seed)``, or the first later seed (step 10 000) whose batch has a sampled token."""
     while not any(make_batch(seed).rows()):

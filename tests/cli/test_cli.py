@@ -12,8 +12,16 @@ from harmonyrl.cli import app
 
 runner = CliRunner()
 TINY = [
-    "model.preset=nano", "sft.steps=3", "sft.batch_size=4", "rl.steps=2", "rollout.tasks_per_step=2",
-    "rollout.group_size=2", "rollout.max_new_tokens=24", "eval.n_tasks=4", "env.n_train=64", "env.n_test=8",
+    "model.preset=nano",
+    "sft.steps=3",
+    "sft.batch_size=4",
+    "rl.steps=2",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=24",
+    "eval.n_tasks=4",
+    "env.n_train=64",
+    "env.n_test=8",
 ]
 
 
@@ -28,8 +36,14 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
     phases = [r["phase"] for r in rows]
     assert phases.count("sft") == 3 and phases.count("rl") == 2 and phases.count("eval") == 2
     rl = [r for r in rows if r["phase"] == "rl"]
-    for key in ("rollout/reward", "rollout/tool_call_rate", "rollout/parse_error_rate", "time/rollout_s",
-                "rollout/tokens_per_s", "rollout/response_tokens"):
+    for key in (
+        "rollout/reward",
+        "rollout/tool_call_rate",
+        "rollout/parse_error_rate",
+        "time/rollout_s",
+        "rollout/tokens_per_s",
+        "rollout/response_tokens",
+    ):
         assert key in rl[0], key
     summary = json.loads((run / "summary.json").read_text())
     assert 0.0 <= summary["success_after"] <= 1.0 and 0.0 <= summary["greedy_success_after"] <= 1.0
@@ -39,8 +53,17 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "final")
     assert model.config.model_type == "gpt_oss"
     # and `harmonyrl eval` reads it
-    ev = runner.invoke(app, ["eval", "--checkpoint", str(run / "checkpoints" / "final"), "eval.n_tasks=2",
-                             "env.n_train=64", "env.n_test=8"])
+    ev = runner.invoke(
+        app,
+        [
+            "eval",
+            "--checkpoint",
+            str(run / "checkpoints" / "final"),
+            "eval.n_tasks=2",
+            "env.n_train=64",
+            "env.n_test=8",
+        ],
+    )
     assert ev.exit_code == 0, ev.output
     assert "eval/success" in ev.output and "eval_greedy/success" in ev.output
     # a second run into the same folder is refused, the first is untouched

@@ -122,3 +122,59 @@ def test_top_k_one_and_tiny_top_p_are_greedy(model: GptOssForCausalLM) -> None:
     )
     assert top_k1.token_ids == greedy.token_ids == top_p_tiny.token_ids
     assert top_k1.logprobs == pytest.approx(greedy.logprobs, abs=1e-6)  # logprobs ignore top-k / top-p
+
+
+def shared_prompts(head_len: int, tails: list[int], salt: int = 5) -> list[list[int]]:
+    """Prompts that share their first ``head_len`` tokens (an env's system + developer messages)."""
+    head = prompt(head_len, salt=salt)
+    return [head + prompt(n, salt=salt + 1 + i) for i, n in enumerate(tails)]
+
+
+def test_shared_prefix_is_cached_and_logprobs_still_match_trainer(model: GptOssForCausalLM) -> None:
+    # head 40 > the 32-token sliding window: keys copied from the cache must respect the window too
+    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+    prompts = shared_prompts(40, [1, 7, 20])
+    gens = generate_all(engine, [(p, SamplingParams(max_new_tokens=30, seed=i)) for i, p in enumerate(prompts)])
+    assert engine.stats.prefix_tokens_reused == 40 * 3
+    # a later request extending the same head reuses the cached prefix (and so does a longer second turn)
+    second_turn = prompts[1] + list(gens[1].token_ids) + prompt(5, salt=9)
+    late = generate_all(engine, [(second_turn, SamplingParams(max_new_tokens=20, seed=11))])[0]
+    assert engine.stats.prefix_tokens_reused == 40 * 4
+    for ids, gen in [*zip(prompts, gens, strict=True), (second_turn, late)]:
+        torch.testing.assert_close(
+            torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
+        )
+
+
+def test_prefix_cache_is_dropped_with_old_weights(model: GptOssForCausalLM) -> None:
+    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+    prompts = shared_prompts(30, [3, 9])
+    generate_all(engine, [(p, SamplingParams(max_new_tokens=5, seed=1)) for p in prompts])
+    new = build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=1).eval()
+    engine.load_weights(new.state_dict())
+    reused = engine.stats.prefix_tokens_reused
+    gen = generate_all(engine, [(prompts[0], SamplingParams(max_new_tokens=10, seed=2))])[0]
+    assert engine.stats.prefix_tokens_reused == reused  # alone and nothing cached: prefilled in full
+    torch.testing.assert_close(
+        torch.tensor(gen.logprobs), hf_logprobs(new, prompts[0], gen.token_ids), atol=1e-5, rtol=0
+    )
+
+
+def test_short_or_absent_common_prefix_is_not_cached(model: GptOssForCausalLM) -> None:
+    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+    generate_all(engine, [(p, SamplingParams(max_new_tokens=3, seed=0)) for p in shared_prompts(10, [4, 6])])
+    generate_all(engine, [(prompt(n, salt=20), SamplingParams(max_new_tokens=3, seed=0)) for n in (25, 30)])
+    assert engine.stats.prefix_tokens_reused == 0
+
+
+def test_batch_mixing_cached_and_uncached_prompts_keeps_row_order(model: GptOssForCausalLM) -> None:
+    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+    a = shared_prompts(24, [2, 5, 8, 3])
+    generate_all(engine, [(p, SamplingParams(max_new_tokens=2, seed=0)) for p in a[:2]])  # caches the head
+    mixed = [a[2], prompt(33, salt=40), a[3], prompt(12, salt=41)]
+    gens = generate_all(engine, [(p, SamplingParams(max_new_tokens=15, seed=i)) for i, p in enumerate(mixed)])
+    assert engine.stats.prefix_tokens_reused == 24 * 4
+    for ids, gen in zip(mixed, gens, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
+        )

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from harmonyrl.envs.calculator import (
     SHAPES,
     TEMPLATES,
+    VERBOSE_TEMPLATES,
     CalculatorEnv,
     CalculatorFactory,
     calculator,
@@ -142,11 +143,7 @@ def final(text: str) -> list[Message]:
 
 
 def call(content: str, recipient: str = "functions.calculator") -> list[Message]:
-    return [
-        Message(
-            role="assistant", channel="commentary", recipient=recipient, content_type="json", content=content
-        )
-    ]
+    return [Message(role="assistant", channel="commentary", recipient=recipient, content_type="json", content=content)]
 
 
 @pytest.mark.parametrize(
@@ -249,3 +246,15 @@ def test_expert_demo_extremes_and_determinism() -> None:
     assert all(len(expert_demo(t, random.Random(i), p_tool=1.0)) == 3 for i, t in enumerate(tasks))
     assert all(len(expert_demo(t, random.Random(i), p_tool=0.0)) == 1 for i, t in enumerate(tasks))
     assert expert_demo(TASK, random.Random(3)) == expert_demo(TASK, random.Random(3))
+
+
+def test_verbose_expert_copies_the_right_number_but_earns_nothing() -> None:
+    tasks = FACTORY.tasks("train")[:400]
+    demos = [expert_demo(t, random.Random(i), p_tool=1.0, p_verbose=0.5) for i, t in enumerate(tasks)]
+    verbose = [(t, d) for t, d in zip(tasks, demos, strict=True) if d[-1].content != t.answer]
+    assert abs(len(verbose) / 400 - 0.5) < 0.08
+    for task, (tool_call, _, answer) in verbose[:50]:
+        assert task.answer in answer.content and answer.content != task.answer
+        assert answer.content in {v.format(task.answer) for v in VERBOSE_TEMPLATES}
+        _, second = run_episode([[tool_call], [answer]], FACTORY.make(task))
+        assert second.reward == 0.0 and second.terminated

@@ -13,9 +13,7 @@ from harmonyrl.envs.tools import Tool, Toolbox, observation, parse_docstring, to
 from harmonyrl.types import Failure, Message
 
 
-def search(
-    query: str, limit: int = 5, mode: Literal["fast", "exact"] = "fast", title: str | None = None
-) -> str:
+def search(query: str, limit: int = 5, mode: Literal["fast", "exact"] = "fast", title: str | None = None) -> str:
     """Search the notes.
 
     Longer explanation that is not part of the description.

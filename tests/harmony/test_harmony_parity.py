@@ -94,9 +94,7 @@ CASES = [
         [CALC, SEARCH, NOARGS],
         [
             Message("user", "Look up the weather, then add 2 + 2."),
-            Message(
-                "assistant", '{"query": "weather"}', "commentary", "functions.search", content_type="json"
-            ),
+            Message("assistant", '{"query": "weather"}', "commentary", "functions.search", content_type="json"),
             Message("tool", '[{"title": "Sunny"}]', "commentary", "assistant", "functions.search"),
             Message("assistant", "{}", "commentary", "functions.now"),
             Message("tool", "12:00", "commentary", "assistant", "functions.now"),
@@ -198,10 +196,7 @@ def _oh_conversation(oh: Any, case: Case) -> Any:
         dev = dev.with_instructions(case.instructions)
     if case.tools:
         dev = dev.with_function_tools(
-            [
-                oh.ToolDescription.new(t.name, t.description, parameters=t.parameters or None)
-                for t in case.tools
-            ]
+            [oh.ToolDescription.new(t.name, t.description, parameters=t.parameters or None) for t in case.tools]
         )
     head = [
         oh.Message.from_role_and_content(oh.Role.SYSTEM, sys),
@@ -238,9 +233,7 @@ def test_render_matches_openai_harmony(case: Case, o200k: O200kCodec, harmony_en
     conv = _oh_conversation(oh, case)
     ours = _ours(case)
     assert render_conversation(o200k, ours) == harmony_enc.render_conversation(conv)
-    assert render_prompt(o200k, ours) == harmony_enc.render_conversation_for_completion(
-        conv, oh.Role.ASSISTANT
-    )
+    assert render_prompt(o200k, ours) == harmony_enc.render_conversation_for_completion(conv, oh.Role.ASSISTANT)
     assert render_training(o200k, ours) == harmony_enc.render_conversation_for_training(conv)
 
 

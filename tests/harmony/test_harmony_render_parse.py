@@ -202,9 +202,7 @@ def test_split_utf8_is_replaced_when_lenient(tok: HarmonyTokenizer) -> None:
 def test_header_forms() -> None:
     """Both recipient positions parse to the same message; the history form puts it before the channel."""
     tok = HarmonyTokenizer.load_default()
-    call = Message(
-        "assistant", '{"expression": "1 + 2"}', "commentary", "functions.calculator", content_type="json"
-    )
+    call = Message("assistant", '{"expression": "1 + 2"}', "commentary", "functions.calculator", content_type="json")
     before = render_completion(tok, [call])
     after = render_completion(tok, [call], recipient_after_channel=True)
     assert (
@@ -216,9 +214,7 @@ def test_header_forms() -> None:
 
 
 def test_prompt_ends_with_start_assistant(tok: HarmonyTokenizer) -> None:
-    tool = ToolSpec(
-        "calculator", "Evaluate.", {"type": "object", "properties": {"expression": {"type": "string"}}}
-    )
+    tool = ToolSpec("calculator", "Evaluate.", {"type": "object", "properties": {"expression": {"type": "string"}}})
     msgs = [
         system_message(function_tools=True),
         developer_message("Use it.", [tool]),

@@ -76,9 +76,7 @@ def test_tool_episode_token_stream_and_loss_mask() -> None:
     assert sampled == c1 + c2
     assert sum(traj.loss_mask) == len(c1) + len(c2)
     tool_ids = TOK.encode(tool_result.content)
-    start = next(
-        i for i in range(len(traj.token_ids)) if list(traj.token_ids[i : i + len(tool_ids)]) == tool_ids
-    )
+    start = next(i for i in range(len(traj.token_ids)) if list(traj.token_ids[i : i + len(tool_ids)]) == tool_ids)
     assert all(m == 0 for m in traj.loss_mask[start : start + len(tool_ids)])
     # sampler log-probs sit exactly on the sampled tokens
     assert all((lp == -0.5) == bool(m) for lp, m in zip(traj.sampler_logprobs, traj.loss_mask, strict=True))

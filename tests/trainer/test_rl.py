@@ -1,17 +1,20 @@
+import dataclasses
+from collections.abc import Callable
+
+import pytest
 import torch
 
+from harmonyrl.algorithms.choices import GRPO
 from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import collate, score
-from harmonyrl.trainer.rl import prepare, rl_update
+from harmonyrl.trainer.rl import prepare, rl_update, token_advantages
 from harmonyrl.types import Failure, Trajectory
 
 VOCAB = 97
 
 
-def _traj(
-    group: int, reward: float, length: int, prompt: int, seed: int, failure: Failure | None = None
-) -> Trajectory:
+def _traj(group: int, reward: float, length: int, prompt: int, seed: int, failure: Failure | None = None) -> Trajectory:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, VOCAB, (length,), generator=g).tolist()
     mask = [0] * prompt + [1] * (length - prompt)
@@ -34,6 +37,27 @@ def _batch() -> list[Trajectory]:
     ]
 
 
+def _shared_prefix_batch() -> list[Trajectory]:
+    """Like :func:`_batch`, but every episode starts with the same 40 tokens (an env's system + developer
+    messages), so scoring takes the shared-prefix path."""
+    head = _traj(9, 0.0, 40, 40, 99).token_ids
+    return [
+        Trajectory(
+            t.task_id,
+            t.group_id,
+            head + t.token_ids,
+            (0,) * 40 + t.loss_mask,
+            (-1.0,) * 40 + t.sampler_logprobs,
+            t.reward,
+            True,
+            False,
+            t.failure,
+            (),
+        )
+        for t in _batch()
+    ]
+
+
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
     return build_model(build_config("nano", VOCAB, 0, 1), seed=0)
@@ -45,7 +69,9 @@ def test_failures_and_zero_variance_groups_are_dropped() -> None:
     assert prepared.n_failed == 1 and prepared.n_dropped_zero_var == 2
     assert prepared.batch.size == 5
     # the timed-out episode (reward 1) did not enter group 1's statistics: group 1 is {0, 1}
-    assert torch.allclose(prepared.advantages[3:], torch.tensor([-0.7071, 0.7071]), atol=1e-3)
+    adv, _ = token_advantages(GRPO(), prepared.batch, torch.zeros_like(prepared.batch.loss_mask), None)
+    assert torch.allclose(adv[3:].abs().max(1).values, torch.tensor([0.7071, 0.7071]), atol=1e-3)
+    assert adv[3].min() < 0 < adv[4].max()
 
 
 def test_failed_episode_has_zero_loss_mask() -> None:
@@ -53,11 +79,12 @@ def test_failed_episode_has_zero_loss_mask() -> None:
     assert batch.loss_mask[-1].sum() == 0 and batch.loss_mask[0].sum() > 0
 
 
-def test_on_policy_ratio_is_exactly_one_on_moe_model() -> None:
+@pytest.mark.parametrize("make_batch", [_batch, _shared_prefix_batch])
+def test_on_policy_ratio_is_exactly_one_on_moe_model(make_batch: Callable[[], list[Trajectory]]) -> None:
     # invariant 4: one epoch, one minibatch → the first forward's ratio is 1.0 bit for bit (MoE included)
     model = _model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    prepared = prepare(_batch(), RLConfig(epochs=1, minibatches=1), pad_id=0)
+    prepared = prepare(make_batch(), RLConfig(epochs=1, minibatches=1), pad_id=0)
     assert prepared is not None
     metrics = rl_update(model, opt, prepared, RLConfig(epochs=1, minibatches=1), ref_model=None)
     assert metrics["train/ratio_max_dev_first_mb"] == 0.0
@@ -87,7 +114,8 @@ def test_second_epoch_moves_ratio_and_update_changes_policy() -> None:
     assert not torch.equal(before[m], after[m])
     # positive-advantage episodes became more likely on average, negative ones less
     gain = ((after - before) * prepared.batch.loss_mask).sum(1)
-    pos, neg = prepared.advantages > 0, prepared.advantages < 0
+    episode_adv = prepared.batch.rewards - 0.5  # every kept group is mixed 0/1: sign of the GRPO advantage
+    pos, neg = episode_adv > 0, episode_adv < 0
     assert gain[pos].mean() > gain[neg].mean()
 
 
@@ -101,8 +129,8 @@ def test_entropy_bonus_raises_entropy() -> None:
     sharpen = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(15):  # a fresh model is near-uniform (max entropy); make it peaked first
         sft_step(model, sharpen, [Demo(t.token_ids, t.loss_mask) for t in trajs], pad_id=0)
-    batch = collate(trajs, pad_id=0)
-    prepared = Prepared(batch, torch.zeros(batch.size), 0, 0)
+    batch = collate([dataclasses.replace(t, group_id=i) for i, t in enumerate(trajs)], pad_id=0)
+    prepared = Prepared(batch, 0, 0)  # every episode its own group of one: GRPO advantages are all 0
     cfg = RLConfig(entropy_coef=1.0, lr=1e-2)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     m = batch.loss_mask.bool()

@@ -25,6 +25,7 @@ def _group_sums(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.T
     sums = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
     return inverse, counts, sums
 
+
 def group_relative_advantages(
     rewards: torch.Tensor, group_ids: torch.Tensor, std_normalize: bool = True, eps: float = 1e-6
 ) -> torch.Tensor:

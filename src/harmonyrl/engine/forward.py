@@ -6,9 +6,10 @@ that join and leave between steps. This module reuses the HF parameters and the 
 routing is the trainer's, token for token) and re-implements only attention around a preallocated cache:
 
 * cache ``k``/``v``: ``[layers, slots, kv_heads, max_seq_len, head_dim]``; a slot is one in-flight request.
-* prefill: newly admitted prompts, right-padded to ``[n, T]``; every prompt starts at position 0, so one
-  ``[T, T]`` causal (or sliding-window) mask serves all rows; padded queries compute garbage that is
-  never read (valid queries never see a padded key: it lies in their future).
+* prefill: newly admitted prompts, right-padded to ``[n, T]``; every row starts at the same position (0,
+  or the length of a shared prefix whose keys/values were copied into the slots), so one causal (or
+  sliding-window) mask serves all rows; padded queries compute garbage that is never read (valid queries
+  never see a padded key: it lies in their future).
 * decode: one token per active row at per-row positions ``[B]``; keys ``0..max(pos)`` of each row's slot,
   masked per row. The MoE of a decode step runs as :func:`dense_moe` (same router module, same routing).
 
@@ -192,33 +193,69 @@ class LeanForward:
             True: _additive(full & (k_pos > q_pos - self.window), dtype).view(shape),
         }
 
-    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """Run right-padded prompts ``[n, T]`` (true ``lengths`` ``[n]``) into cache ``slots`` ``[n]``.
+    def _prompt_masks(self, start: int, t: int, dtype: torch.dtype) -> dict[bool, torch.Tensor]:
+        """Additive masks ``[1, 1, T, start + T]`` for queries at positions ``start .. start+T-1`` over keys
+        ``0 .. start+T-1``, keyed by "is a sliding layer". Every row starts at the same position."""
+        q_idx, k_idx = torch.arange(start, start + t)[:, None], torch.arange(start + t)[None, :]
+        causal = k_idx <= q_idx
+        return {
+            False: _additive(causal, dtype).view(1, 1, t, start + t),
+            True: _additive(causal & (k_idx > q_idx - self.window), dtype).view(1, 1, t, start + t),
+        }
 
+    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Run right-padded prompt tails ``[n, T]`` (true ``lengths`` ``[n]``) into cache ``slots`` ``[n]``.
+
+        The tails sit at positions ``start .. start+T-1``; when ``start > 0`` the slots already hold the keys
+        and values of positions ``< start`` (a shared prefix, see :meth:`prefix` / :meth:`load_prefix`).
         Returns fp32 logits ``[n, V]`` at each prompt's last real token (the first sampled position).
         The last layer needs keys/values for every position but attention + MoE only at that last token
         per row, so it runs them on ``[n, 1]`` queries (exact; saves ~1/L of the prefill FLOPs).
         """
         n, t = tokens.shape
+        span = start + t
         rows, last = torch.arange(n), lengths - 1
         x = self.model.model.embed_tokens(tokens)
-        cos, sin = self._rope_tables(x, torch.arange(t).expand(n, t))
-        q_idx, k_idx = torch.arange(t)[:, None], torch.arange(t)[None, :]
-        causal = k_idx <= q_idx
-        masks = {  # [1, 1, T, T]: every prompt starts at position 0, so one mask serves all rows
-            False: _additive(causal, x.dtype).view(1, 1, t, t),
-            True: _additive(causal & (k_idx > q_idx - self.window), x.dtype).view(1, 1, t, t),
-        }
+        cos, sin = self._rope_tables(x, torch.arange(start, span).expand(n, t))
+        masks = self._prompt_masks(start, t, x.dtype)
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(i, layer.input_layernorm(x), cos, sin)
-            self.cache.k[i, slots, :, :t] = k
-            self.cache.v[i, slots, :, :t] = v
+            self.cache.k[i, slots, :, start:span] = k
+            self.cache.v[i, slots, :, start:span] = v
+            if start:
+                k, v = self.cache.k[i, slots, :, :span], self.cache.v[i, slots, :, :span]
             if i == len(self.layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
-                masks = self._row_masks(last, t, x.dtype)
+                masks = self._row_masks(start + last, span, x.dtype)
             attn = sink_attention(q, k, v, layer.self_attn.sinks, masks[self.sliding[i]])
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
+
+    def prefix(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values ``[layers, kv_heads, P, head_dim]`` (each) of one token prefix ``[P]``.
+
+        Computed once and copied into every slot whose prompt starts with it (:meth:`load_prefix`), so an
+        environment's shared system + developer messages are not recomputed for each episode.
+        """
+        x = self.model.model.embed_tokens(tokens[None])
+        t = x.shape[1]
+        cos, sin = self._rope_tables(x, torch.arange(t)[None])
+        masks = self._prompt_masks(0, t, x.dtype)
+        keys, values = [], []
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(i, layer.input_layernorm(x), cos, sin)
+            keys.append(k[0])
+            values.append(v[0])
+            if i < len(self.layers) - 1:  # the last layer's output is never read
+                x = self._block_tail(i, x, sink_attention(q, k, v, layer.self_attn.sinks, masks[self.sliding[i]]))
+        return torch.stack(keys), torch.stack(values)
+
+    def load_prefix(self, kv: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor) -> None:
+        """Copy a :meth:`prefix` result into positions ``0 .. P-1`` of cache ``slots`` ``[n]``."""
+        k, v = kv
+        p = k.shape[2]
+        self.cache.k[:, slots, :, :p] = k[:, None]
+        self.cache.v[:, slots, :, :p] = v[:, None]
 
     def decode(self, tokens: torch.Tensor, positions: list[int], slots: list[int]) -> torch.Tensor:
         """One token per row: ids ``[B]`` at host ``positions`` into cache ``slots`` (both length ``B``).

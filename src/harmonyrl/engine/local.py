@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,6 +31,11 @@ from harmonyrl.engine.forward import LeanForward
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
 from harmonyrl.types import Generation, SamplingParams
 
+MIN_PREFIX = 16
+"""Shortest prompt prefix worth caching: shorter ones cost more in bookkeeping than they save."""
+MAX_PREFIXES = 8
+"""Cached prefixes kept (least recently used dropped first): one per environment in a typical run."""
+
 
 @dataclass
 class EngineStats:
@@ -40,6 +45,8 @@ class EngineStats:
     busy_seconds: float = 0.0
     steps: int = 0
     rows_stepped: int = 0
+    prefix_tokens_reused: int = 0
+    """Prompt tokens whose keys/values came from the shared-prefix cache instead of being recomputed."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -85,6 +92,7 @@ class LocalEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._closing = False
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
 
     # ---------------------------------------------------------------- public API
 
@@ -115,6 +123,7 @@ class LocalEngine:
         with torch.no_grad():
             self._model.load_state_dict(dict(state_dict), strict=True)
         self._fwd.refresh()
+        self._prefixes.clear()  # cached keys/values belong to the old weights
 
     async def close(self) -> None:
         """Stop the worker after its current step; pending and running requests are cancelled."""
@@ -250,13 +259,43 @@ class LocalEngine:
         return out
 
     def _prefill(self, rows: list[_Request]) -> torch.Tensor:
-        longest = max(len(r.prompt) for r in rows)
-        padded = torch.zeros(len(rows), longest, dtype=torch.long)
+        """Logits ``[n, V]`` for newly admitted rows, in ``rows`` order; shared prefixes are reused."""
+        groups: dict[tuple[int, ...], list[int]] = {}
         for i, r in enumerate(rows):
-            padded[i, : len(r.prompt)] = torch.tensor(r.prompt)
-        lengths = torch.tensor([len(r.prompt) for r in rows])
-        slots = torch.tensor([r.slot for r in rows])
-        return self._fwd.prefill(padded, lengths, slots)
+            groups.setdefault(self._prefix_for(r.prompt), []).append(i)
+        if () in groups and len(groups[()]) >= 2:  # rows no cached prefix covers: cache what they share
+            common = _common_prefix([rows[i].prompt for i in groups[()]])
+            if len(common) >= MIN_PREFIX:
+                self._store_prefix(common)
+                groups.setdefault(common, []).extend(groups.pop(()))
+        out = torch.empty(len(rows), self.vocab_size)
+        for prefix, idx in groups.items():
+            p = len(prefix)
+            tails = [rows[i].prompt[p:] for i in idx]
+            padded = torch.zeros(len(idx), max(len(t) for t in tails), dtype=torch.long)
+            for j, tail in enumerate(tails):
+                padded[j, : len(tail)] = torch.tensor(tail)
+            slots = torch.tensor([rows[i].slot for i in idx])
+            if p:
+                self._prefixes.move_to_end(prefix)
+                self._fwd.load_prefix(self._prefixes[prefix], slots)
+                self.stats.prefix_tokens_reused += p * len(idx)
+            lengths = torch.tensor([len(t) for t in tails])
+            out[torch.tensor(idx)] = self._fwd.prefill(padded, lengths, slots, start=p)
+        return out
+
+    def _prefix_for(self, prompt: list[int]) -> tuple[int, ...]:
+        """The longest cached prefix ``prompt`` starts with (and extends by ≥ 1 token), or ``()``."""
+        best: tuple[int, ...] = ()
+        for prefix in self._prefixes:
+            if len(best) < len(prefix) < len(prompt) and tuple(prompt[: len(prefix)]) == prefix:
+                best = prefix
+        return best
+
+    def _store_prefix(self, prefix: tuple[int, ...]) -> None:
+        self._prefixes[prefix] = self._fwd.prefix(torch.tensor(prefix))
+        while len(self._prefixes) > MAX_PREFIXES:
+            self._prefixes.popitem(last=False)  # least recently used
 
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
@@ -275,3 +314,12 @@ class LocalEngine:
             counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
             filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
         )
+
+
+def _common_prefix(prompts: Sequence[list[int]]) -> tuple[int, ...]:
+    """Longest common prefix of ``prompts``, leaving every prompt at least one token to prefill."""
+    limit = min(len(p) for p in prompts) - 1
+    n = 0
+    while n < limit and all(p[n] == prompts[0][n] for p in prompts):
+        n += 1
+    return tuple(prompts[0][:n])

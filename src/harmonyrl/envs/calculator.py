@@ -2,8 +2,8 @@
 
 The problems (``347 * 28 + 1191``) are easy with the tool and near-impossible for a tiny model "in its
 head", so the reward signal is really about learning *to call the tool and copy its result*.
-:func:`expert_demo` writes imperfect demonstrations (tool use with probability ``p_tool``, otherwise a
-plausible wrong guess) so that SFT leaves room for RL to improve tool use.
+:func:`expert_demo` writes imperfect demonstrations (it sometimes guesses instead of calling the tool, and
+sometimes wraps the right number in a sentence the grader rejects) so that SFT leaves room for RL.
 
 Splits are disjoint by construction: a problem's split is a hash of its canonical key (commutative operands
 sorted, so ``28 * 347 + 1191`` and ``347 * 28 + 1191`` are the same problem), independent of the seed. Task
@@ -260,9 +260,7 @@ class CalculatorEnv:
 class CalculatorFactory:
     name = "calculator"
 
-    def __init__(
-        self, seed: int = 0, n_train: int = 20_000, n_test: int = 500, tool_timeout_s: float = 5.0
-    ) -> None:
+    def __init__(self, seed: int = 0, n_train: int = 20_000, n_test: int = 500, tool_timeout_s: float = 5.0) -> None:
         if n_train < 0 or n_test < 0:
             raise ValueError("n_train and n_test must be >= 0")
         self.seed = seed
@@ -293,9 +291,21 @@ def _guess(answer: int, rng: random.Random) -> str:
     return str(-guess if answer < 0 else guess)
 
 
-def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.6) -> list[Message]:
+VERBOSE_TEMPLATES = ("The answer is {}.", "The result is {}.", "{} is the answer.")
+"""What a chatty expert writes instead of "only the number": the instructions forbid it, the grader rejects it."""
+
+
+def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: float = 0.0) -> list[Message]:
     """The assistant side (plus tool results) of a demonstration following ``reset()``'s messages.
 
+    Two deliberate, independent imperfections leave RL something to learn:
+
+    * with probability ``1 - p_tool`` the expert skips the tool and guesses (wrong, plausible);
+    * with probability ``p_verbose`` a tool-using expert wraps the correct number in a sentence
+      (:data:`VERBOSE_TEMPLATES`), which the instructions forbid and the exact-match grader scores 0.
+
+    The second one costs the warm start no copying practice (the number is still copied from the tool
+    result), which is what a tiny model needs most; skipping the tool does (a guess copies nothing).
     No analysis channel: short sequences for a tiny model. JSON uses ``json.dumps`` defaults, so what the
     expert writes is exactly what the model should learn to write.
     """
@@ -310,9 +320,7 @@ def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.6) -> list[Mes
         content=json.dumps({"expression": expr}),
     )
     result = calculator(expr)
-    value = json.loads(result)["result"]
-    return [
-        call,
-        observation("calculator", result),
-        Message(role="assistant", channel="final", content=str(value)),
-    ]
+    value = str(json.loads(result)["result"])
+    verbose = p_verbose > 0 and rng.random() < p_verbose  # p_verbose 0 draws nothing: older demo streams stay
+    answer = rng.choice(VERBOSE_TEMPLATES).format(value) if verbose else value
+    return [call, observation("calculator", result), Message(role="assistant", channel="final", content=answer)]

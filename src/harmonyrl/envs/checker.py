@@ -154,9 +154,7 @@ def check_env(
     return asyncio.run(acheck_env(factory, n_tasks, rebuild))
 
 
-def assert_env_ok(
-    factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
-) -> None:
+def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None) -> None:
     issues = check_env(factory, n_tasks, rebuild)
     if issues:
         raise AssertionError("env check failed:\n" + "\n".join(f"  - {i}" for i in issues))

@@ -146,11 +146,7 @@ def _strip_titles(schema: object, in_properties: bool = False) -> object:
         return schema
     if in_properties:  # keys here are parameter names (one may well be called "title")
         return {k: _strip_titles(v) for k, v in schema.items()}
-    return {
-        k: _strip_titles(v, in_properties=k in ("properties", "$defs"))
-        for k, v in schema.items()
-        if k != "title"
-    }
+    return {k: _strip_titles(v, in_properties=k in ("properties", "$defs")) for k, v in schema.items() if k != "title"}
 
 
 def _arguments_model(fn: Callable[..., object], docs: dict[str, str]) -> type[pydantic.BaseModel]:
@@ -163,9 +159,7 @@ def _arguments_model(fn: Callable[..., object], docs: dict[str, str]) -> type[py
             raise TypeError(f"tool {fn.__name__}: parameter {p.name!r} needs a type annotation")
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints[p.name], pydantic.Field(default, description=docs.get(p.name)))
-    return pydantic.create_model(
-        f"{fn.__name__}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-    )
+    return pydantic.create_model(f"{fn.__name__}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
 
 
 class _Raised(NamedTuple):
@@ -185,9 +179,7 @@ class Tool:
     max_output_chars: int = 4000
 
     @classmethod
-    def from_function(
-        cls, fn: Callable[..., object], *, timeout_s: float = 10.0, max_output_chars: int = 4000
-    ) -> Tool:
+    def from_function(cls, fn: Callable[..., object], *, timeout_s: float = 10.0, max_output_chars: int = 4000) -> Tool:
         if timeout_s <= 0 or max_output_chars <= 0:
             raise ValueError("timeout_s and max_output_chars must be positive")
         description, docs = parse_docstring(fn.__doc__)
@@ -244,8 +236,7 @@ def tool(fn: Callable[..., object]) -> Tool:
 def _format_validation(e: pydantic.ValidationError) -> str:
     # Without URLs / input echo: the model reads this, so keep it short and to the point.
     parts = [
-        f"{'.'.join(str(x) for x in err['loc']) or 'arguments'}: {err['msg']}"
-        for err in e.errors(include_url=False)
+        f"{'.'.join(str(x) for x in err['loc']) or 'arguments'}: {err['msg']}" for err in e.errors(include_url=False)
     ]
     return "invalid arguments: " + "; ".join(parts)
 

@@ -174,9 +174,7 @@ def _check_terminator(codec: Codec, msg: Message, term: int, pos: int, lenient: 
         raise _Fail("bad_terminator", "a final answer must end with <|return|>", pos)
 
 
-def _read_message(
-    codec: Codec, ids: Sequence[int], pos: int, first: bool, lenient: bool
-) -> tuple[Message, int]:
+def _read_message(codec: Codec, ids: Sequence[int], pos: int, first: bool, lenient: bool) -> tuple[Message, int]:
     """Parse one message starting at ``pos`` (just after ``<|start|>``); returns it and the end index."""
     sp = codec.special
     header_end = _find(codec, ids, pos, (sp.message,), "header")

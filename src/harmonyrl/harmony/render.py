@@ -131,9 +131,7 @@ def _kept(messages: Sequence[Message], drop_analysis: bool) -> list[Message]:
     return [m for i, m in enumerate(messages) if not (i < first_final and m.channel == "analysis")]
 
 
-def render_conversation(
-    codec: Codec, messages: Sequence[Message], *, drop_analysis: bool = True
-) -> list[int]:
+def render_conversation(codec: Codec, messages: Sequence[Message], *, drop_analysis: bool = True) -> list[int]:
     """Messages in history form, as openai-harmony's ``render_conversation`` (default config)."""
     out: list[int] = []
     for msg in _kept(messages, drop_analysis):
@@ -152,9 +150,7 @@ def render_prompt(
     ]
 
 
-def render_completion(
-    codec: Codec, messages: Sequence[Message], *, recipient_after_channel: bool = False
-) -> list[int]:
+def render_completion(codec: Codec, messages: Sequence[Message], *, recipient_after_channel: bool = False) -> list[int]:
     """One assistant turn as the model samples it after the prompt's ``<|start|>assistant``.
 
     Messages after the first get their own ``<|start|>assistant``. Tool calls end with ``<|call|>``; a final

@@ -104,9 +104,7 @@ async def run_episode(
             truncated = True
             break
         t0 = time.perf_counter()
-        gen = await engine.generate(
-            stream.ids, replace(params, max_new_tokens=budget, seed=turn_seed(seed, turn))
-        )
+        gen = await engine.generate(stream.ids, replace(params, max_new_tokens=budget, seed=turn_seed(seed, turn)))
         gen_s = time.perf_counter() - t0
         stream.add_sampled(gen.token_ids, gen.logprobs)
         parsed = parse_completion(codec, gen.token_ids)

@@ -6,7 +6,6 @@ Every run writes to its own folder: ``config.yaml`` (resolved), ``metrics.jsonl`
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import random
@@ -31,7 +30,7 @@ from harmonyrl.telemetry.metrics import JsonlSink, summarize_rollouts, time_spli
 from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.evaluate import evaluate
-from harmonyrl.trainer.rl import prepare, rl_update
+from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
 from harmonyrl.types import SamplingParams
 
@@ -127,7 +126,9 @@ async def run_sft(
     cfg = config.sft
     n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
     tasks = factory.tasks("train")[:n_demos]
-    demos = await build_demos(tok, factory, lambda t, r: expert_demo(t, r, p_tool=cfg.p_tool), tasks, config.seed)
+    demos = await build_demos(
+        tok, factory, lambda t, r: expert_demo(t, r, p_tool=cfg.p_tool, p_verbose=cfg.p_verbose), tasks, config.seed
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     model.train()
@@ -158,9 +159,6 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
     if config.sft.steps > 0 and config.model.init_from is None:
         await run_sft(model, tok, factory, config, sink, progress)
         save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
-    ref_model = copy.deepcopy(model).eval()
-    for p in ref_model.parameters():
-        p.requires_grad_(False)
 
     # 2. held-out evaluation of the starting policy
     r = config.rollout
@@ -173,8 +171,9 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
         f"greedy [bold]{before['eval_greedy/success']:.1%}[/]"
     )
 
-    # 3. RL: rollouts with the current policy → advantages → clipped policy update → weights to the engine
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.rl.lr, weight_decay=0.0, betas=(0.9, 0.99))
+    # 3. RL: rollouts with the current policy → the configured update → new weights to the engine
+    learner = Learner.create(config.rl, model, tok.special.endoftext, norm=float(r.max_seq_len), seed=config.seed)
+    skipped_in_a_row = 0
     params = SamplingParams(
         temperature=r.temperature,
         top_p=r.top_p,
@@ -191,9 +190,8 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
         rollout = await run_episodes(engine, factory, tok, requests, params, limits, max_concurrency=r.max_batch)
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
         t1 = time.perf_counter()
-        prepared = prepare(rollout.trajectories, config.rl, tok.special.endoftext)
-        if prepared is not None:
-            metrics |= rl_update(model, optimizer, prepared, config.rl, ref_model)
+        metrics |= learner.update(rollout.trajectories)
+        if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
             engine.load_weights(model.state_dict())
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in rollout.trajectories)
@@ -202,14 +200,17 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
             "time/train_s": t2 - t1,
             "time/step_s": t2 - t0,
             "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
-            "train/skipped": float(prepared is None),
         }
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
             metrics |= await held_out()
         sink.write(step + 1, metrics, "rl")
         progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
+        skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("guard/skipped", 0.0) else 0
+        if config.rl.guards.stop_after is not None and skipped_in_a_row >= config.rl.guards.stop_after:
+            console.print(f"[red]stopping: {skipped_in_a_row} RL steps in a row skipped by stability guards[/]")
+            break
     progress.stop()
-    save_checkpoint(run_dir / "checkpoints" / "final", model, optimizer, config.rl.steps, {})
+    save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {})
 
     # 4. held-out evaluation of the trained policy
     after = await held_out()

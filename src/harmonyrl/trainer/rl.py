@@ -1,7 +1,10 @@
-"""One RL policy update from a step's trajectories (GRPO advantages + PPO clipped objective).
+"""One on-policy RL update (the PPO family) from a step's trajectories.
 
-The order mirrors the data flow: filter → advantages → collate → old/ref log-probs (no grad) →
-epochs × minibatches of clipped-surrogate updates. The math lives in :mod:`harmonyrl.algorithms`.
+The order mirrors the data flow: filter → collate → no-grad passes (old log-probs and values, reference) →
+rollout correction → token rewards (+ KL penalty) → advantages → epochs × minibatches of policy loss
+(+ value loss, KL loss, entropy bonus) → stability guards. The math lives in :mod:`harmonyrl.algorithms`;
+which function runs is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft-Q row
+has its own update in :mod:`harmonyrl.trainer.soft_q`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,43 @@ from dataclasses import dataclass
 
 import torch
 
-from harmonyrl.algorithms.advantages import broadcast_to_tokens, group_relative_advantages
-from harmonyrl.algorithms.kl import kl_k3
-from harmonyrl.algorithms.losses import entropy_bonus, masked_token_mean, ppo_clip_loss
+from harmonyrl.algorithms.advantages import (
+    a2c_advantages,
+    broadcast_to_tokens,
+    gae_advantages,
+    group_relative_advantages,
+    masked_whiten,
+    outcome_to_token_rewards,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    value_loss,
+)
+from harmonyrl.algorithms.choices import (
+    A2C,
+    GAE,
+    GRPO,
+    RLOO,
+    Advantage,
+    GSPOLoss,
+    PolicyGradient,
+    PPOClip,
+    ReinforcePP,
+)
+from harmonyrl.algorithms.correction import apply_correction, resolve_old_logp
+from harmonyrl.algorithms.kl import kl_estimate, kl_k3, kl_loss, kl_reward_penalty
+from harmonyrl.algorithms.losses import (
+    AggregationMode,
+    PolicyLossOutput,
+    entropy_bonus,
+    gspo_loss,
+    masked_token_mean,
+    policy_gradient_loss,
+    ppo_clip_loss,
+)
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
 from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
+from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 16
@@ -25,43 +59,102 @@ MICRO_BATCH = 16
 @dataclass(frozen=True)
 class Prepared:
     batch: Batch
-    advantages: torch.Tensor
-    """``[B]`` per-episode advantages of the kept episodes."""
     n_dropped_zero_var: int
     n_failed: int
 
 
-def prepare(trajectories: Sequence[Trajectory], cfg: RLConfig, pad_id: int) -> Prepared | None:
-    """Drop env failures (they never count as 0 in a group) and, optionally, zero-variance groups.
+def is_group_relative(choice: Advantage) -> bool:
+    """Estimators whose advantage is 0 for a group with equal rewards (so such groups can be dropped)."""
+    return isinstance(choice, GRPO | RLOO) or (isinstance(choice, ReinforcePP) and choice.group_baseline)
 
-    Returns None when nothing trainable is left (e.g. every group solved or failed alike).
-    """
+
+def prepare(trajectories: Sequence[Trajectory], cfg: RLConfig, pad_id: int) -> Prepared | None:
+    """Drop env failures (they never count as 0 in a group) and, for group-relative estimators, optionally
+    the zero-variance groups. Returns None when nothing trainable is left."""
     ok = [t for t in trajectories if t.failure is None]
     n_failed = len(trajectories) - len(ok)
-    if not ok:
+    kept = ok
+    if cfg.skip_zero_variance_groups and is_group_relative(cfg.advantage):
+        by_group: dict[int, set[float]] = {}
+        for t in ok:
+            by_group.setdefault(t.group_id, set()).add(t.reward)
+        kept = [t for t in ok if len(by_group[t.group_id]) > 1]
+    if not kept:
         return None
-    rewards = torch.tensor([t.reward for t in ok], dtype=torch.float32)
-    groups = torch.tensor([t.group_id for t in ok], dtype=torch.long)
-    adv = group_relative_advantages(rewards, groups, std_normalize=cfg.std_normalize)
-    keep = list(range(len(ok)))
-    if cfg.skip_zero_variance_groups:
-        keep = [i for i in keep if (rewards[groups == groups[i]] != rewards[i]).any()]
-    if not keep:
-        return None
-    kept = [ok[i] for i in keep]
-    return Prepared(collate(kept, pad_id), adv[keep], len(ok) - len(keep), n_failed)
+    return Prepared(collate(kept, pad_id), len(ok) - len(kept), n_failed)
+
+
+def token_advantages(
+    choice: Advantage, batch: Batch, penalty: torch.Tensor, values: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Advantages ``[B, T-1]`` (and returns ``[B, T-1]`` for critic estimators) of a collated batch.
+
+    ``penalty`` ``[B, T-1]`` is a dense per-token reward added to the outcome reward (a KL penalty, or 0);
+    episode-level estimators see it summed over the episode. Critic advantages are whitened over the batch.
+    """
+    m = batch.loss_mask
+    rewards = batch.rewards + (penalty * m).sum(1)
+    match choice:
+        case GRPO(std_normalize=std):
+            return broadcast_to_tokens(group_relative_advantages(rewards, batch.group_ids, std), m), None
+        case RLOO():
+            return broadcast_to_tokens(rloo_advantages(rewards, batch.group_ids), m), None
+        case ReinforcePP(group_baseline=baseline, gamma=gamma):
+            groups = batch.group_ids if baseline else None
+            return reinforce_pp_advantages(batch.rewards, m, gamma, groups, token_rewards=penalty), None
+    # critic estimators (GAE, A2C): per-token rewards against the value head's baseline
+    if values is None:
+        raise ValueError(f"advantage kind '{choice.kind}' needs a value head")
+    token_rewards = outcome_to_token_rewards(batch.rewards, m) + penalty * m
+    if isinstance(choice, GAE):
+        adv, returns = gae_advantages(token_rewards, values, m, choice.gamma, choice.lam)
+    else:
+        adv, returns = a2c_advantages(token_rewards, values, m, choice.gamma)
+    return masked_whiten(adv, m), returns
+
+
+def policy_loss(
+    cfg: RLConfig,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor | None,
+    norm: float | None,
+) -> PolicyLossOutput:
+    """The configured policy loss on one micro-batch (all ``[b, t]``)."""
+    agg: AggregationMode = cfg.aggregation
+    match cfg.loss:
+        case PPOClip(clip_low=lo, clip_high=hi, dual_clip=dual):
+            return ppo_clip_loss(logp, old_logp, adv, mask, lo, hi, dual_clip=dual, weights=weights,
+                                 aggregation=agg, norm=norm)  # fmt: skip
+        case GSPOLoss(clip_low=lo, clip_high=hi):
+            return gspo_loss(logp, old_logp, adv, mask, lo, hi, weights=weights, aggregation=agg, norm=norm)
+        case PolicyGradient():
+            return policy_gradient_loss(logp, adv, mask, weights=weights, aggregation=agg, norm=norm)
+    raise ValueError(f"loss kind '{cfg.loss.kind}' is not an on-policy loss; use trainer.soft_q")
+
+
+def _units(mask: torch.Tensor, agg: AggregationMode) -> torch.Tensor:
+    """What an aggregation averages over: tokens (token-mean) or non-empty sequences (seq-* modes)."""
+    return mask.sum() if agg == "token-mean" else mask.bool().any(-1).sum().to(mask.dtype)
 
 
 @torch.no_grad()
-def _logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """``[B, T-1]`` log-probs, computed with the same micro-batch slicing as the update (bit-exact)."""
-    out = torch.zeros_like(batch.loss_mask)
+def _no_grad_pass(
+    model: torch.nn.Module, batch: Batch, value_head: torch.nn.Module | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[B, T-1]`` log-probs (and values), with the same micro-batch slicing as the update (bit-exact)."""
+    logp = torch.zeros_like(batch.loss_mask)
+    values = torch.zeros_like(batch.loss_mask) if value_head is not None else None
     row = 0
     for mb in micro_batches(batch, MICRO_BATCH):
-        lp = score(model, mb.input_ids, mb.attention_mask).logprobs
-        out[row : row + mb.size, : lp.shape[1]] = lp
+        scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head)
+        logp[row : row + mb.size, : scored.logprobs.shape[1]] = scored.logprobs
+        if values is not None and scored.values is not None:
+            values[row : row + mb.size, : scored.values.shape[1]] = scored.values
         row += mb.size
-    return out
+    return logp, values
 
 
 def rl_update(
@@ -70,68 +163,109 @@ def rl_update(
     prepared: Prepared,
     cfg: RLConfig,
     ref_model: torch.nn.Module | None,
+    value_head: torch.nn.Module | None = None,
+    norm: float | None = None,
 ) -> dict[str, float]:
-    """Apply ``cfg.epochs × cfg.minibatches`` optimizer steps; return metrics for this RL step."""
+    """Apply ``cfg.epochs × cfg.minibatches`` optimizer steps (or none, if a guard trips); return metrics.
+
+    ``value_head`` is required by critic estimators (its parameters must be in ``optimizer``); ``norm`` is the
+    constant of ``seq-mean-token-sum-norm`` (the episode token budget).
+    """
     batch = prepared.batch
+    snapshot = take_snapshot(model, value_head, optimizer)
     model.eval()  # no dropout: old and new log-probs must come from the same function
-    old_logp = _logprobs(model, batch)
-    ref_logp = _logprobs(ref_model, batch) if ref_model is not None else old_logp
-    token_adv = broadcast_to_tokens(prepared.advantages, batch.loss_mask)
-    m = batch.loss_mask
-    metrics = mismatch_metrics(old_logp, batch.sampler_logprobs, m)
-    metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_k3(old_logp, ref_logp), m))
+    critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
+    trainer_old, old_values = _no_grad_pass(model, batch, critic)
+    ref_logp = _no_grad_pass(ref_model, batch)[0] if ref_model is not None else trainer_old
+    correction = apply_correction(trainer_old, batch.sampler_logprobs, batch.loss_mask, cfg.correction)
+    old_logp = resolve_old_logp(batch.sampler_logprobs, trainer_old, cfg.correction)
+    weights = correction.weights if cfg.correction.weights is not None else None
+    m = correction.loss_mask  # rejection removes tokens from the loss
+    metrics = mismatch_metrics(trainer_old, batch.sampler_logprobs, batch.loss_mask, correction)
+    metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
+    penalty = torch.zeros_like(m)
+    if cfg.kl.coef > 0 and cfg.kl.use == "reward":
+        penalty = kl_reward_penalty(penalty, trainer_old, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
+    adv, returns = token_advantages(cfg.advantage, batch, penalty, old_values)
+    value_cfg = cfg.advantage if isinstance(cfg.advantage, GAE | A2C) else None
+
     order = torch.arange(batch.size)
     n_mb = min(cfg.minibatches, batch.size)
-    losses, clips, ents, norms, first_dev = [], [], [], [], None
+    sums = {"loss": 0.0, "clip": 0.0, "entropy": 0.0, "value_loss": 0.0, "kl_live": 0.0}
+    norms, first_dev, tripped = [], None, None
     for _ in range(cfg.epochs):
         for idx in torch.tensor_split(order, n_mb):
-            total_tokens = m[idx].sum().clamp(min=1.0)
+            total = _units(m[idx], cfg.aggregation).clamp(min=1.0)
             optimizer.zero_grad(set_to_none=True)
             sub = batch.select(idx)
-            sub_old, sub_ref, sub_adv = old_logp[idx], ref_logp[idx], token_adv[idx]
-            row, dev = 0, 0.0
+            row, dev, step_loss, kl_live = 0, 0.0, 0.0, 0.0
             for mb in micro_batches(sub, MICRO_BATCH):
                 w = mb.loss_mask.shape[1]
-                sl = slice(row, row + mb.size)
-                scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=cfg.entropy_coef > 0)
-                out = ppo_clip_loss(
-                    scored.logprobs,
-                    sub_old[sl, :w],
-                    sub_adv[sl, :w],
-                    mb.loss_mask,
-                    cfg.clip_low,
-                    cfg.clip_high,
-                )
-                share = mb.loss_mask.sum() / total_tokens
-                loss = out.loss * share
-                if cfg.kl_coef > 0:
-                    loss = loss + cfg.kl_coef * share * masked_token_mean(
-                        kl_k3(scored.logprobs, sub_ref[sl, :w]), mb.loss_mask
-                    )
+                rows = idx[row : row + mb.size]
+                mb_mask = m[rows, :w]
+                share = _units(mb_mask, cfg.aggregation) / total
+                scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=cfg.entropy_coef > 0,
+                               value_head=value_head if value_cfg is not None else None)  # fmt: skip
+                mb_w = weights[rows, :w] if weights is not None else None
+                out = policy_loss(cfg, scored.logprobs, old_logp[rows, :w], adv[rows, :w], mb_mask, mb_w, norm)
+                loss = out.loss
+                if cfg.kl.coef > 0 and cfg.kl.use == "loss":
+                    kl_ref = ref_logp[rows, :w]
+                    loss = loss + kl_loss(scored.logprobs, kl_ref, mb_mask, cfg.kl.coef, cfg.kl.estimator,
+                                          cfg.aggregation, norm)  # fmt: skip
                 if cfg.entropy_coef > 0:
-                    loss = loss + share * entropy_bonus(scored.entropy, mb.loss_mask, cfg.entropy_coef)
-                loss.backward()
-                losses.append(float(loss.detach()))
-                clips.append(float(out.clip_fraction) * float(share))
-                ents.append(float(masked_token_mean(scored.entropy.detach(), mb.loss_mask)) * float(share))
+                    loss = loss + entropy_bonus(scored.entropy, mb_mask, cfg.entropy_coef, cfg.aggregation, norm)
+                if value_cfg is not None and scored.values is not None and returns is not None:
+                    clip = value_cfg.value_clip if isinstance(value_cfg, GAE) else None
+                    v_out = value_loss(scored.values, old_values[rows, :w], returns[rows, :w],  # type: ignore[index]
+                                       batch.loss_mask[rows, :w], clip, cfg.aggregation, norm)  # fmt: skip
+                    loss = loss + value_cfg.value_coef * v_out.loss
+                    sums["value_loss"] += float(v_out.loss.detach()) * float(share)
+                (loss * share).backward()
+                step_loss += float(loss.detach()) * float(share)
+                with torch.no_grad():
+                    kl_now = kl_estimate(scored.logprobs, ref_logp[rows, :w], "k3")
+                    kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
+                    sums["entropy"] += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
+                sums["clip"] += float(out.clip_fraction) * float(share)
                 dev = max(dev, float(out.ratio_max_dev))
                 row += mb.size
             if first_dev is None:
                 first_dev = dev
-            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)))
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            norms.append(grad_norm)
+            sums["loss"] += step_loss
+            sums["kl_live"] = max(sums["kl_live"], kl_live)
+            tripped = trip_reason(cfg.guards, loss=step_loss, grad_norm=grad_norm,
+                                  kl=kl_live if ref_model is not None else None, entropy=None)  # fmt: skip
+            if tripped is not None:
+                break
             optimizer.step()
-    steps = cfg.epochs * n_mb
+        if tripped is not None:
+            break
+    steps = max(1, len(norms))
+    mean_entropy = sums["entropy"] / steps
+    if tripped is None:
+        tripped = trip_reason(cfg.guards, loss=0.0, grad_norm=0.0, entropy=mean_entropy)
+    if tripped is not None:
+        restore(snapshot, model, value_head, optimizer)
+        metrics[f"guard/trip_{tripped}"] = 1.0
     metrics.update(
         {
-            "train/loss": sum(losses) / steps,
-            "train/clip_fraction": sum(clips) / steps,
-            "train/entropy": sum(ents) / steps,
-            "train/grad_norm": max(norms),
+            "guard/skipped": float(tripped is not None),
+            "train/loss": sums["loss"] / steps,
+            "train/clip_fraction": sums["clip"] / steps,
+            "train/entropy": mean_entropy,
+            "train/grad_norm": max(norms) if norms else 0.0,
+            "train/kl_ref_live_k3": sums["kl_live"],
             "train/ratio_max_dev_first_mb": first_dev or 0.0,
             "train/episodes": float(batch.size),
-            "train/tokens": float(m.sum()),
+            "train/tokens": float(batch.loss_mask.sum()),
             "train/dropped_zero_var": float(prepared.n_dropped_zero_var),
             "train/masked_failures": float(prepared.n_failed),
         }
     )
+    if value_cfg is not None:
+        metrics["train/value_loss"] = sums["value_loss"] / steps
     return metrics

@@ -77,13 +77,9 @@ def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     return f
 
 
-def sft_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, demos: Sequence[Demo], pad_id: int
-) -> float:
+def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, demos: Sequence[Demo], pad_id: int) -> float:
     """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions)."""
-    trajs = [
-        Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos
-    ]
+    trajs = [Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos]
     batch = collate(trajs, pad_id)
     scored = score(model, batch.input_ids, batch.attention_mask)
     loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1.0)

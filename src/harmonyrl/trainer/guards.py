@@ -1,0 +1,54 @@
+"""Stability guards: detect an exploding or broken update and roll the whole RL step back.
+
+An RL step may take several optimizer steps (epochs × minibatches). A guard that trips on any of them —
+a non-finite loss or gradient, a gradient norm, KL to the reference or an entropy out of bounds — restores
+the model, critic and optimizer to their state before the step, so the bad update is never applied, never
+checkpointed and never sent to the engine. The snapshot costs one copy of the weights and optimizer state.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harmonyrl.algorithms.choices import Guards
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    states: tuple[dict[str, Any], ...]
+
+
+def take_snapshot(*modules: torch.nn.Module | torch.optim.Optimizer | None) -> Snapshot:
+    """Deep copies of the state dicts of ``modules`` (``None`` entries are kept as empty placeholders)."""
+    return Snapshot(tuple(copy.deepcopy(m.state_dict()) if m is not None else {} for m in modules))
+
+
+def restore(snapshot: Snapshot, *modules: torch.nn.Module | torch.optim.Optimizer | None) -> None:
+    """Load ``snapshot`` back into the same ``modules``, in the same order as :func:`take_snapshot`."""
+    for state, module in zip(snapshot.states, modules, strict=True):
+        if module is not None:
+            module.load_state_dict(state)
+
+
+def trip_reason(
+    guards: Guards, *, loss: float, grad_norm: float, kl: float | None = None, entropy: float | None = None
+) -> str | None:
+    """The first guard that trips on these measurements, as a short metric-safe name, or None."""
+    if not math.isfinite(loss):
+        return "nonfinite_loss"
+    if not math.isfinite(grad_norm):
+        return "nonfinite_grad"
+    if guards.max_grad_norm is not None and grad_norm > guards.max_grad_norm:
+        return "grad_norm"
+    if kl is not None and guards.max_kl is not None and not kl <= guards.max_kl:
+        return "kl"
+    if entropy is not None and guards.min_entropy is not None and entropy < guards.min_entropy:
+        return "entropy_low"
+    if entropy is not None and guards.max_entropy is not None and entropy > guards.max_entropy:
+        return "entropy_high"
+    return None
