@@ -1,0 +1,286 @@
+"""How model code is isolated: the bubblewrap command line, and the one-time check that it works on this machine.
+
+Every run is ``bwrap … python -I -S -c LAUNCHER …``: bubblewrap builds an empty root with read-only ``/usr``,
+``/lib*``, a few ``/etc`` files and the Python install, a fresh ``/proc``, a minimal ``/dev``, and a
+size-capped private tmpfs ``/tmp`` (the only writable place, also the cwd) holding the code as
+``/tmp/main.py``; an empty environment; new network, pid, ipc and uts namespaces (no network at all: a
+loopback with nothing behind it). The launcher applies the rlimits, reports "started" on a pipe (so a
+sandbox that never came up is told apart from code that crashed) and execs ``python -I -u /tmp/main.py``.
+
+Measured in the dev container (bubblewrap 0.8.0, Debian 12, kernel 6.x, running as root, user namespaces
+allowed), and the reason for each less obvious flag:
+
+* **non-root** (a developer machine): ``--unshare-all --unshare-user --disable-userns``. RLIMIT_NPROC, set
+  inside the sandbox's own user namespace, is counted per sandbox by the kernel.
+* **root** (containers, CI): plain ``--unshare-all`` runs the code as host uid 0 inside a user namespace,
+  and the kernel never applies RLIMIT_NPROC to uid 0: 10 of 10 forks succeeded under a limit of 5, an
+  unbounded fork bomb. So bubblewrap runs privileged *without* a user namespace and drops every capability
+  but SETUID/SETGID; the launcher switches to a host uid of its own (one per concurrent sandbox, see
+  :class:`_UidPool`) and execs a nested unprivileged ``bwrap --unshare-user --disable-userns``, because
+  otherwise the code could ``unshare -Ur`` (measured: it could) and mount, e.g., an unbounded tmpfs. The
+  nested one uses ``--dev-bind``: a plain ``--bind`` is nodev and made ``/dev/null`` unwritable.
+* bubblewrap creates missing parents of a bind as 0700: the Python install under ``/root/.pyenv`` was
+  unreachable for the dropped uid until the parents were made 0755 (``--perms 0755 --dir``).
+* bubblewrap's own root and ``/dev`` are tmpfs without a size limit, and in the non-root mode they belong
+  to the code's uid: ``/``, ``/etc`` and ``/dev/shm`` were writable, so both are remounted read-only.
+
+Not covered: seccomp (the kernel's syscall surface is reachable, as for any unprivileged process), and a CPU
+budget across processes (RLIMIT_CPU is per process; the wall clock bounds the total).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from harmonyrl.sandbox.limits import SandboxLimits, SandboxUnavailable
+
+MIN_VERSION = (0, 8, 0)  # --disable-userns and --size
+CODE_PATH = "/tmp/main.py"
+_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
+_TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_HELPERS = 1  # bwrap's own process under the code's uid (the pid-1 reaper, or the nested bwrap as root)
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+
+LAUNCHER = """
+import json, os, resource, sys
+c = json.loads(sys.argv[1])
+for name, pair in c["rlimits"].items():
+    resource.setrlimit(getattr(resource, name), tuple(pair))
+if c["uid"] is not None:
+    os.setgroups([])
+    os.setresgid(c["uid"], c["uid"], c["uid"])
+    os.setresuid(c["uid"], c["uid"], c["uid"])
+os.write(c["status_fd"], b"1")
+os.close(c["status_fd"])
+os.execv(c["argv"][0], c["argv"])
+"""
+"""Runs first inside the sandbox (``python -I -S -c``); tiny, because everything before the exec is ours."""
+
+
+class _UidPool:
+    """Host uids for root mode, one per concurrent sandbox, least recently used first.
+
+    RLIMIT_NPROC counts all processes of a uid, so sandboxes sharing a uid would share one budget and a fork
+    bomb in one episode would make another episode's code fail (a failure wrongly blamed on that model).
+    Reusing the least recently freed uid gives a finished sandbox's processes time to be reaped. The block
+    depends on the pid so two trainers on one host rarely overlap (if they do, they share budgets: fail closed).
+    """
+
+    SLOTS = 1024
+
+    def __init__(self) -> None:
+        self.base = 1_000_000 + (os.getpid() % 1000) * self.SLOTS
+        self._free = collections.deque(range(self.base, self.base + self.SLOTS))
+
+    def acquire(self) -> int:
+        if not self._free:
+            raise RuntimeError(f"more than {self.SLOTS} sandboxes at once")
+        return self._free.popleft()
+
+    def release(self, uid: int) -> None:
+        self._free.append(uid)
+
+
+_pools: dict[int, _UidPool] = {}  # by pid: a forked trainer must not hand out its parent's uids
+
+
+def _uid_pool() -> _UidPool:
+    return _pools.setdefault(os.getpid(), _UidPool())
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A ready-to-spawn command: ``status_fd`` is the read end the launcher writes "started" to."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+    cwd: str
+    env: dict[str, str] | None
+    status_fd: int
+    isolated: bool
+
+    def started(self) -> bool:
+        """Whether the launcher got as far as exec'ing Python (read once the process has ended)."""
+        try:
+            return os.read(self.status_fd, 1) == b"1"
+        except BlockingIOError:
+            return False
+
+
+def find_bwrap(path: str | None = None) -> str | None:
+    """The bubblewrap binary to use: ``path`` if given (it must exist), else ``bwrap`` on PATH."""
+    if path is not None:
+        return path if os.access(path, os.X_OK) else None
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def _interpreter_roots(python: str) -> tuple[str, ...]:
+    """Directories that must be visible for ``python`` to run: its prefix, base prefix and executable's home."""
+    if python == sys.executable:
+        prefixes = [sys.prefix, sys.base_prefix]
+    else:
+        probe = [python, "-I", "-S", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"]
+        prefixes = subprocess.run(probe, capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in prefixes))
+
+
+def _ro_binds(paths: tuple[str, ...]) -> list[str]:
+    """Read-only binds of ``paths`` (skipping those under ``/usr``), parents created world-traversable."""
+    args: list[str] = []
+    made: set[str] = {"/"}
+    for path in sorted(set(paths)):
+        if path == "/usr" or path.startswith("/usr/"):
+            continue
+        parents = [os.path.dirname(path)]
+        while parents[-1] not in made:
+            parents.append(os.path.dirname(parents[-1]))
+        for parent in reversed(parents[:-1]):
+            args += ["--perms", "0755", "--dir", parent]
+            made.add(parent)
+        args += ["--ro-bind", path, path]
+        made.add(path)
+    return args
+
+
+def bwrap_argv(
+    bwrap: str, python: str, limits: SandboxLimits, *, code_fd: int, status_fd: int, uid: int | None
+) -> list[str]:
+    """The full command for one sandboxed run (``uid`` is set in root mode, see the module docstring)."""
+    if uid is None:
+        namespaces = ["--unshare-all", "--unshare-user", "--disable-userns"]
+        final = [python, "-I", "-u", CODE_PATH]
+    else:
+        namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        namespaces += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        inner = [bwrap, "--unshare-user", "--disable-userns", "--dev-bind", "/", "/", "--die-with-parent"]
+        final = [*inner, "--chdir", "/tmp", "--", python, "-I", "-u", CODE_PATH]
+    mounts = ["--ro-bind", "/usr", "/usr"]
+    for name in _TOP_DIRS:
+        path = f"/{name}"
+        if os.path.islink(path):
+            mounts += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            mounts += ["--ro-bind", path, path]
+    for path in _ETC:
+        mounts += ["--ro-bind-try", path, path]
+    mounts += _ro_binds((*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap))))
+    mounts += ["--proc", "/proc", "--dev", "/dev"]
+    mounts += ["--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp"]
+    mounts += ["--perms", "0444", "--file", str(code_fd), CODE_PATH, "--chdir", "/tmp"]
+    mounts += ["--remount-ro", "/dev", "--remount-ro", "/"]  # bwrap's own tmpfs roots are unbounded: freeze them
+    env = ["--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    for key, value in _ENV.items():
+        env += ["--setenv", key, value]
+    session = ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    config = {"rlimits": limits.rlimits(_HELPERS), "uid": uid, "status_fd": status_fd, "argv": final}
+    launcher = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
+    return [bwrap, *namespaces, *session, *mounts, *env, "--", *launcher]
+
+
+@contextlib.contextmanager
+def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str) -> Iterator[Launch]:
+    """Files, pipes and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback."""
+    status_r, status_w = os.pipe()
+    os.set_blocking(status_r, False)
+    with contextlib.ExitStack() as stack:
+        for fd in (status_r, status_w):
+            stack.callback(os.close, fd)
+        if bwrap is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="harmonyrl-unsafe-"))
+            with open(os.path.join(workdir, "main.py"), "wb") as f:
+                f.write(code.encode("utf-8", errors="surrogatepass"))
+            final = [python, "-I", "-u", "main.py"]
+            config = {"rlimits": limits.rlimits(), "uid": None, "status_fd": status_w, "argv": final}
+            argv = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
+            env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
+            yield Launch(argv, (status_w,), workdir, env, status_r, isolated=False)
+            return
+        code_fd = os.memfd_create("main.py")
+        stack.callback(os.close, code_fd)
+        os.write(code_fd, code.encode("utf-8", errors="surrogatepass"))
+        os.lseek(code_fd, 0, os.SEEK_SET)
+        uid = None
+        if os.geteuid() == 0:
+            pool = _uid_pool()
+            uid = pool.acquire()
+            stack.callback(pool.release, uid)
+        argv = bwrap_argv(bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid)
+        yield Launch(argv, (code_fd, status_w), "/", None, status_r, isolated=True)
+
+
+def _check_uid_map(base: int, count: int) -> None:
+    with open("/proc/self/uid_map") as f:
+        ranges = [tuple(map(int, line.split())) for line in f]
+    if not any(inner <= base and base + count <= inner + n for inner, _, n in ranges):
+        raise SandboxUnavailable(
+            f"running as root, the sandbox gives each run its own uid from {base}..{base + count - 1}, "
+            "but those uids are not mapped in this container (/proc/self/uid_map); run as a non-root user"
+        )
+
+
+_checked: dict[tuple[str, str, int], str | SandboxUnavailable] = {}
+_lock = threading.Lock()
+
+
+def check_sandbox(bwrap: str | None = None, python: str | None = None) -> str:
+    """Resolve bubblewrap and prove once per process that a real sandbox starts here; return its path.
+
+    Raises :class:`SandboxUnavailable` with the measured cause (missing binary, too old, or namespaces
+    forbidden by the container). Blocking (about 0.1 s), cached per (bwrap, python, euid).
+    """
+    python = python or sys.executable
+    path = find_bwrap(bwrap)
+    if path is None:
+        where = bwrap if bwrap is not None else "bwrap on PATH"
+        raise SandboxUnavailable(
+            f"bubblewrap not found ({where}): apt-get install bubblewrap, "
+            "or pass allow_unsafe=True to run model code without isolation"
+        )
+    key = (path, python, os.geteuid())
+    with _lock:  # the first episodes of a run arrive together; probe once, not once each
+        if key not in _checked:
+            try:
+                _probe(path, python)
+                _checked[key] = path
+            except SandboxUnavailable as e:
+                _checked[key] = e
+            except (OSError, subprocess.SubprocessError) as e:
+                _checked[key] = SandboxUnavailable(f"checking bubblewrap at {path} with {python} failed: {e}")
+    outcome = _checked[key]
+    if isinstance(outcome, SandboxUnavailable):
+        raise outcome
+    return outcome
+
+
+def _probe(path: str, python: str) -> None:
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    found = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    if found < MIN_VERSION:
+        need = ".".join(map(str, MIN_VERSION))
+        raise SandboxUnavailable(f"bubblewrap {version.strip() or '?'} at {path} is too old: {need} or newer needed")
+    if os.geteuid() == 0:
+        _check_uid_map(_uid_pool().base, _UidPool.SLOTS)
+    limits = SandboxLimits(timeout_s=30)
+    with prepare("print('ok')", limits, bwrap=path, python=python) as launch:
+        run = subprocess.run(launch.argv, pass_fds=launch.pass_fds, cwd=launch.cwd, capture_output=True, timeout=30)
+        if run.returncode != 0 or run.stdout != b"ok\n" or not launch.started():
+            detail = run.stderr.decode(errors="replace").strip()[-500:]
+            raise SandboxUnavailable(
+                f"bubblewrap at {path} cannot create a sandbox here (exit {run.returncode}): {detail}. "
+                "Containers often forbid namespaces; allow them (e.g. docker --security-opt seccomp=unconfined "
+                "--cap-add SYS_ADMIN), or pass allow_unsafe=True to run model code without isolation"
+            )

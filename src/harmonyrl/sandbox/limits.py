@@ -1,0 +1,101 @@
+"""Value types of the sandbox: what a run may use (:class:`SandboxLimits`) and what came of it (:class:`SandboxResult`).
+
+Plain frozen dataclasses rather than pydantic models on purpose: the sandbox core imports nothing but the
+standard library, so any interpreter (including a bare system Python running as an unprivileged user) can
+drive it, and the model's code never depends on the trainer's environment.
+
+The status vocabulary draws the line of invariant 5 of the architecture: ``ok``, ``error``, ``timeout``,
+``killed`` and ``output_limit`` describe the model's code (an observation the model learns from), while
+``sandbox_failure`` means the sandbox itself could not start (the environment's fault: masked, never scored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["ok", "error", "timeout", "killed", "output_limit", "sandbox_failure"]
+MODEL_STATUSES: frozenset[Status] = frozenset({"ok", "error", "timeout", "killed", "output_limit"})
+"""Outcomes caused by the model's code. Everything else (``sandbox_failure``) is an environment fault."""
+
+_MIB = 1 << 20
+MIN_MEMORY_MIB = 32
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot isolate here, and unsafe local execution was not allowed."""
+
+
+class UnsafeExecutionWarning(RuntimeWarning):
+    """Model-written code is running without isolation (``allow_unsafe=True`` and no working bubblewrap)."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one run. Network access is always off; there is deliberately no switch for it.
+
+    Attributes:
+        timeout_s: Wall-clock limit, measured from process start; exceeded → status ``timeout``.
+        cpu_s: CPU seconds per process (RLIMIT_CPU; SIGXCPU, then SIGKILL a second later) → ``killed``.
+        memory_mib: Address space per process (RLIMIT_AS). Allocations fail with MemoryError.
+        max_processes: Processes and threads the code may have at once (RLIMIT_NPROC, per sandbox).
+        max_file_mib: Largest file the code may write (RLIMIT_FSIZE).
+        tmp_mib: Size of the private writable ``/tmp`` (the only writable place), so many files cannot
+            exhaust host memory either.
+        max_output_bytes: stdout + stderr kept; beyond it the process is stopped → ``output_limit``.
+    """
+
+    timeout_s: float = 10.0
+    cpu_s: int = 10
+    memory_mib: int = 512
+    max_processes: int = 32
+    max_file_mib: int = 16
+    tmp_mib: int = 64
+    max_output_bytes: int = 16_384
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not value > 0:
+                raise ValueError(f"SandboxLimits.{name} must be positive, got {value!r}")
+        if self.memory_mib < MIN_MEMORY_MIB:  # below it Python fails to start, which would look like the code's error
+            raise ValueError(
+                f"SandboxLimits.memory_mib must be at least {MIN_MEMORY_MIB} (Python needs ~16 MiB to start)"
+            )
+
+    def rlimits(self, extra_processes: int = 0) -> dict[str, tuple[int, int]]:
+        """The limits as ``resource.setrlimit`` arguments, keyed by constant name (JSON-friendly for the launcher).
+
+        ``extra_processes`` reserves room for the sandbox's own helper processes, which count against the
+        same per-uid budget as the model's.
+        """
+        nproc = self.max_processes + extra_processes
+        return {
+            "RLIMIT_CPU": (self.cpu_s, self.cpu_s + 1),  # soft: SIGXCPU; hard: SIGKILL a second later
+            "RLIMIT_AS": (self.memory_mib * _MIB, self.memory_mib * _MIB),
+            "RLIMIT_NPROC": (nproc, nproc),
+            "RLIMIT_FSIZE": (self.max_file_mib * _MIB, self.max_file_mib * _MIB),
+            "RLIMIT_CORE": (0, 0),
+        }
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one run produced. ``stdout``/``stderr`` are decoded as UTF-8 (invalid bytes replaced).
+
+    ``exit_code`` is the program's exit status, ``128 + signal`` when a signal ended it (bubblewrap's
+    convention), ``None`` when it was stopped for a limit (timeout, output), and bubblewrap's own status for a
+    ``sandbox_failure``. ``isolated`` is False only for the opt-in unsafe fallback.
+    """
+
+    status: Status
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    truncated: bool
+    isolated: bool = True
+
+    @property
+    def env_fault(self) -> bool:
+        """True when the sandbox itself failed: the outcome says nothing about the model's code."""
+        return self.status not in MODEL_STATUSES
