@@ -12,6 +12,11 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.errors import CheckpointError
+from harmonyrl.telemetry.sinks import SinkUnavailableError
+
+USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, CheckpointError, SinkUnavailableError)
+"""Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
+package): one line, no traceback."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
 console = Console()
@@ -42,7 +47,7 @@ def train(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
 
     try:
         asyncio.run(run_train(cfg, console))
-    except (FileExistsError, CheckpointError) as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
 
 
@@ -54,7 +59,7 @@ def sft(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
 
     try:
         path = asyncio.run(sft_only(cfg, console))
-    except (FileExistsError, CheckpointError) as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
 
@@ -76,6 +81,48 @@ def evaluate(
     import json
 
     console.print_json(json.dumps(metrics))
+
+
+@app.command(name="compare")
+def compare_cmd(
+    algos: Annotated[
+        str, typer.Option(help="Comma-separated: ppo, grpo, dr_grpo, rloo, reinforce_pp, gspo, a2c, sac.")
+    ] = ("ppo,grpo,rloo,reinforce_pp,gspo,sac"),
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per algorithm (each seed: one shared SFT warm start).")] = 1,
+    target: Annotated[float, typer.Option(min=0.0, max=1.0, help="Held-out pass@1 that counts as reached.")] = 0.5,
+    out: Annotated[Path, typer.Option(help="Folder for the runs, compare.md/.json/.png (must be new).")] = Path(
+        "runs/compare"
+    ),
+    config: ConfigOpt = None,
+    overrides: OverridesArg = None,
+) -> None:
+    """Run several RL algorithms on the same env, model, seeds and sample budget; write a table and a plot."""
+    cfg = _config(config, overrides)
+    from harmonyrl.trainer.compare import compare, parse_algos
+
+    try:
+        names = parse_algos(algos)
+        asyncio.run(compare(cfg, names, seeds, target, out, console))
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    console.print(f"comparison: [bold]{out / 'compare.md'}[/]  plot: [bold]{out / 'compare.png'}[/]")
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (holds metrics.jsonl).")],
+    episodes: Annotated[int, typer.Option(help="Sample episodes to render.")] = 8,
+) -> None:
+    """Write RUN_DIR/report/index.html: curves, time split and readable sample episodes, in one file."""
+    from harmonyrl.telemetry.report import ReportError, write_report
+
+    try:
+        path = write_report(run_dir, max_episodes=episodes)
+    except ReportError as e:
+        raise _fail(str(e)) from None
+    console.print(f"report: [bold]{path}[/]")
 
 
 def main() -> None:  # pragma: no cover - entry point convenience

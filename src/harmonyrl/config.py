@@ -132,6 +132,17 @@ class EvalConfig(_Frozen):
     """Also evaluate every N RL steps (0: only before and after)."""
 
 
+class TelemetryConfig(_Frozen):
+    """Where metrics go besides ``metrics.jsonl`` (always written), and what else a run records."""
+
+    tensorboard: bool = False
+    """Also write TensorBoard event files to the run folder (needs ``pip install harmonyrl[tensorboard]``)."""
+    wandb: bool = False
+    """Also log to Weights & Biases in offline mode (no account needed; ``pip install harmonyrl[wandb]``)."""
+    record_episodes: bool = True
+    """Append every RL step's episodes to ``rollouts/episodes.jsonl`` (readable in the report)."""
+
+
 class RunConfig(_Frozen):
     seed: int = 0
     output_dir: Path = Path("runs")
@@ -145,6 +156,7 @@ class RunConfig(_Frozen):
     rollout: RolloutConfig = RolloutConfig()
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
 
 class ConfigError(ValueError):

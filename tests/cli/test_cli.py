@@ -45,6 +45,13 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
         "rollout/response_tokens",
     ):
         assert key in rl[0], key
+    evals = [r for r in rows if r["phase"] == "eval"]
+    assert all(k in evals[-1] for k in ("eval/pass@1", "eval/pass@2", "eval/pass@4", "eval_greedy/success"))
+    episodes = [json.loads(line) for line in (run / "rollouts" / "episodes.jsonl").read_text().splitlines()]
+    assert sorted({e["step"] for e in episodes}) == [1, 2] and len(episodes) == 2 * 2 * 2
+    report = runner.invoke(app, ["report", str(run)])
+    assert report.exit_code == 0, report.output
+    assert "Sample episodes" in (run / "report" / "index.html").read_text()
     summary = json.loads((run / "summary.json").read_text())
     assert 0.0 <= summary["success_after"] <= 1.0 and 0.0 <= summary["greedy_success_after"] <= 1.0
     # the final checkpoint is a transformers checkpoint
@@ -107,3 +114,50 @@ def test_corrupt_checkpoint_is_a_clear_error_and_leaves_no_run_folder(tmp_path: 
     tr = runner.invoke(app, ["train", f"model.init_from={bad}", f"output_dir={tmp_path / 'runs'}", "run_name=r"])
     assert tr.exit_code == 2 and "cannot load checkpoint" in tr.output
     assert not (tmp_path / "runs" / "r").exists()  # a failed start leaves nothing that blocks a retry
+
+
+def test_report_of_a_folder_without_metrics_is_a_one_line_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "metrics" in result.output
+
+
+def test_algorithm_choice_and_tensorboard_from_the_command_line(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard", reason="the [tensorboard] extra is not installed")
+    args = [
+        "train",
+        *TINY,
+        f"output_dir={tmp_path}",
+        "run_name=ppo",
+        "rl.advantage.kind=gae",
+        "telemetry.tensorboard=true",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if r["phase"] == "rl" and not r.get("train/skipped")]
+    assert rl and all("train/value_loss" in r for r in rl)
+    assert list((tmp_path / "ppo" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_compare_two_algorithms_writes_table_plot_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    args = ["compare", "--algos", "grpo,sac", "--out", str(out), "--target", "0.0", *TINY, "rl.steps=2", "eval.every=1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    table = (out / "compare.md").read_text()
+    assert "| grpo |" in table and "| sac |" in table
+    data = json.loads((out / "compare.json").read_text())
+    assert [r["algo"] for r in data["results"]] == ["grpo", "sac"]
+    for r in data["results"]:
+        assert r["steps_to_target"] == 0  # target 0 is reached at the first (step 0) evaluation
+        assert [s for s, _ in r["curve"]] == [0, 1, 2]
+    assert (out / "compare.png").stat().st_size > 5_000
+    # both algorithms started from the same warm start
+    assert len(list(out.glob("sft-seed0/checkpoints/sft"))) == 1
+
+
+def test_compare_rejects_unknown_algorithm_in_one_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["compare", "--algos", "grpo,ppo2", "--out", str(tmp_path / "x")])
+    assert result.exit_code != 0 and "ppo2" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x").exists()

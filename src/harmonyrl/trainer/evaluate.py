@@ -1,7 +1,8 @@
 """Held-out evaluation with the current engine weights, two ways.
 
 * ``eval/…`` — the policy as it acts: ``samples_per_task`` episodes per task at the sampling temperature;
-  ``eval/success`` is their mean, i.e. pass@1 estimated from several samples.
+  ``eval/success`` is their mean, i.e. pass@1 estimated from several samples, and ``eval/pass@k`` the
+  unbiased pass@k for k = 1, 2, 4, … up to ``samples_per_task`` (RL can raise pass@1 while pass@k falls).
 * ``eval_greedy/…`` — one greedy episode per task.
 
 RL on a sparse reward mostly makes the *sampled* policy reliable (it stops guessing, copies more carefully);
@@ -18,6 +19,7 @@ from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts
+from harmonyrl.telemetry.passk import mean_pass_at_k
 from harmonyrl.types import SamplingParams, Task
 
 
@@ -52,4 +54,14 @@ async def evaluate(
         limits,
         max_concurrency,
     )
-    return summarize_rollouts(sampled.trajectories, "eval") | summarize_rollouts(greedy.trajectories, "eval_greedy")
+    by_task: dict[str, list[bool]] = {}
+    for t in sampled.trajectories:
+        if t.failure is None:  # environment faults are not the model's misses
+            by_task.setdefault(t.task_id, []).append(t.success)
+    ks = [k for k in (1, 2, 4, 8, 16) if k <= samples_per_task]
+    pass_k = mean_pass_at_k(list(by_task.values()), ks) if by_task else {}
+    return (
+        summarize_rollouts(sampled.trajectories, "eval")
+        | {f"eval/{k}": v for k, v in pass_k.items()}
+        | summarize_rollouts(greedy.trajectories, "eval_greedy")
+    )

@@ -26,8 +26,10 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, num_parameters
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
+from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import JsonlSink, summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
+from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.learner import Learner
@@ -57,6 +59,28 @@ def setup_process(seed: int, threads: int) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def check_sinks(config: RunConfig) -> None:
+    """Fail before the run folder exists when an optional metrics sink's package is missing."""
+    import importlib.util
+
+    for wanted, package in ((config.telemetry.tensorboard, "tensorboard"), (config.telemetry.wandb, "wandb")):
+        if wanted and importlib.util.find_spec(package) is None:
+            raise SinkUnavailableError(
+                f"telemetry.{package}=true needs the optional '{package}' package: "
+                f"pip install 'harmonyrl[{package}]' (or set telemetry.{package}=false)"
+            )
+
+
+def open_sinks(config: RunConfig, run_dir: Path) -> MultiSink:
+    """JSONL always (``metrics.jsonl``); TensorBoard and W&B (offline) when configured."""
+    sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
+    if config.telemetry.tensorboard:
+        sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+    if config.telemetry.wandb:
+        sinks.append(WandbSink(run_dir, run_dir.name, config=config.model_dump(mode="json")))
+    return MultiSink(sinks)
 
 
 def prepare_run_dir(config: RunConfig) -> Path:
@@ -120,7 +144,7 @@ async def run_sft(
     tok: HarmonyTokenizer,
     factory: CalculatorFactory,
     config: RunConfig,
-    sink: JsonlSink,
+    sink: MetricsSink,
     progress: StepProgress,
 ) -> None:
     cfg = config.sft
@@ -147,8 +171,9 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
+    check_sinks(config)
     run_dir = prepare_run_dir(config)
-    sink = JsonlSink(run_dir / "metrics.jsonl")
+    sink = open_sinks(config, run_dir)
     progress = StepProgress(console)
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
@@ -189,6 +214,8 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         rollout = await run_episodes(engine, factory, tok, requests, params, limits, max_concurrency=r.max_batch)
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
+        if config.telemetry.record_episodes:
+            append_episodes(run_dir / "rollouts" / "episodes.jsonl", rollout.trajectories, step + 1)
         t1 = time.perf_counter()
         metrics |= learner.update(rollout.trajectories)
         if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
@@ -252,8 +279,9 @@ async def sft_only(config: RunConfig, console: Console) -> Path:
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = make_model(config, tok)
+    check_sinks(config)
     run_dir = prepare_run_dir(config)
-    sink = JsonlSink(run_dir / "metrics.jsonl")
+    sink = open_sinks(config, run_dir)
     await run_sft(model, tok, factory, config, sink, StepProgress(console))
     sink.close()
     return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})

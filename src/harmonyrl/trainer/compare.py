@@ -1,0 +1,192 @@
+"""``harmonyrl compare``: several RL algorithms on the same env, model, seeds and sample budget.
+
+For each seed one SFT warm start is trained and shared by every algorithm, so the algorithms differ only
+in the RL update. Each algorithm then runs ``rl.steps`` steps (the same episodes per step: the same sample
+budget) with held-out evaluations every ``eval.every`` steps, and the comparison reads its metrics.jsonl:
+
+* steps and minutes until held-out pass@1 first reaches ``target``;
+* pass@1 at half the sample budget (sample efficiency) and at the end (final performance);
+* the worst grad norm and the largest KL to the reference seen during training (stability).
+
+Writes ``OUT/compare.json``, ``OUT/compare.md`` (the table) and ``OUT/compare.png`` (learning curves).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harmonyrl.algorithms.choices import ALGORITHMS
+from harmonyrl.config import ConfigError, RLConfig, RunConfig
+from harmonyrl.trainer.loop import sft_only, train
+
+
+@dataclass(frozen=True)
+class AlgoResult:
+    algo: str
+    seeds: int
+    steps_to_target: float | None
+    """Mean over seeds of the first evaluated step at which pass@1 ≥ target (None: some seed never did)."""
+    minutes_to_target: float | None
+    success_at_half: float
+    """Held-out pass@1 at the evaluation closest to half the sample budget (mean over seeds)."""
+    final_success: float
+    final_greedy: float
+    worst_grad_norm: float
+    max_kl: float
+    minutes: float
+    curve: list[tuple[int, float]]
+    """(RL step, held-out pass@1) averaged over seeds."""
+
+
+def parse_algos(text: str) -> list[str]:
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in names if a not in ALGORITHMS]
+    if unknown or not names:
+        raise ConfigError(f"unknown algorithm(s) {unknown or text!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+    return names
+
+
+def _with(config: RunConfig, **changes: Any) -> RunConfig:
+    """A copy of ``config`` with top-level sections replaced, re-validated."""
+    return RunConfig.model_validate(config.model_dump() | changes)
+
+
+def _rl_for(config: RunConfig, algo: str) -> RLConfig:
+    """The user's ``rl`` settings (steps, lr, guards, ...) with the named algorithm's choices on top."""
+    return RLConfig.model_validate(config.rl.model_dump() | ALGORITHMS[algo])
+
+
+def _read(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float], target: float) -> AlgoResult:
+    curves, to_target, minutes_to, half, grad, kl = [], [], [], [], 0.0, 0.0
+    for rows in runs:
+        evals = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
+        rl = [r for r in rows if r["phase"] == "rl"]
+        last = max(step for step, _ in evals)
+        curves.append(evals)
+        hit = next((step for step, s in evals if s >= target), None)
+        to_target.append(hit)
+        if hit is not None and rl:
+            elapsed = sum(r.get("time/step_s", 0.0) for r in rl if r["step"] <= hit) / 60
+            minutes_to.append(elapsed)
+        half.append(min(evals, key=lambda e: abs(e[0] - last / 2))[1])
+        grad = max([grad, *(r.get("train/grad_norm", 0.0) for r in rl)])
+        kl = max([kl, *(r.get("train/kl_ref_k3", 0.0) for r in rl)])
+    steps = sorted({s for c in curves for s, _ in c})
+    curve = [(s, sum(v for c in curves for cs, v in c if cs == s) / len(curves)) for s in steps]
+    reached = all(h is not None for h in to_target)
+    final = [c[-1][1] for c in curves]
+    greedy = [next(r["eval_greedy/success"] for r in reversed(rows) if "eval_greedy/success" in r) for rows in runs]
+    return AlgoResult(
+        algo=algo,
+        seeds=len(runs),
+        steps_to_target=sum(h for h in to_target if h is not None) / len(runs) if reached else None,
+        minutes_to_target=sum(minutes_to) / len(minutes_to) if reached and minutes_to else None,
+        success_at_half=sum(half) / len(half),
+        final_success=sum(final) / len(final),
+        final_greedy=sum(greedy) / len(greedy),
+        worst_grad_norm=grad,
+        max_kl=kl,
+        minutes=sum(minutes) / len(minutes),
+        curve=curve,
+    )
+
+
+async def compare(
+    config: RunConfig, algos: list[str], seeds: int, target: float, out: Path, console: Console
+) -> list[AlgoResult]:
+    """Run every algorithm for every seed from a shared SFT warm start; write and return the comparison."""
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"comparison folder '{out}' already exists and is not empty")
+    every = config.eval.every or max(1, config.rl.steps // 5)
+    results = []
+    warm: dict[int, Path] = {}
+    for seed in range(seeds):
+        if config.model.init_from is not None:
+            warm[seed] = config.model.init_from
+            continue
+        console.rule(f"SFT warm start, seed {seed}")
+        sft_cfg = _with(config, seed=seed, output_dir=out, run_name=f"sft-seed{seed}")
+        warm[seed] = await sft_only(sft_cfg, console)
+    for algo in algos:
+        runs, minutes = [], []
+        for seed in range(seeds):
+            console.rule(f"{algo}, seed {seed}")
+            model = config.model.model_copy(update={"init_from": warm[seed]})
+            cfg = _with(
+                config,
+                seed=seed,
+                output_dir=out,
+                run_name=f"{algo}-seed{seed}",
+                model=model.model_dump(),
+                rl=_rl_for(config, algo).model_dump(),
+                eval=config.eval.model_copy(update={"every": every}).model_dump(),
+            )
+            result = await train(cfg, console)
+            runs.append(_read(result.run_dir))
+            minutes.append(result.minutes)
+        results.append(_summarise(algo, runs, minutes, target))
+    write_outputs(results, target, config, out)
+    console.print(table(results, target))
+    return results
+
+
+def table(results: list[AlgoResult], target: float) -> Table:
+    t = Table(title=f"algorithms on the same env, model, seeds and sample budget (target pass@1 {target:.0%})")
+    for col in ("algo", "steps→target", "min→target", "pass@1 @½ budget", "final pass@1", "final greedy",
+                "worst grad norm", "max KL", "minutes"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(*_cells(r))
+    return t
+
+
+def _cells(r: AlgoResult) -> list[str]:
+    never = "not reached"
+    return [
+        r.algo,
+        f"{r.steps_to_target:.0f}" if r.steps_to_target is not None else never,
+        f"{r.minutes_to_target:.1f}" if r.minutes_to_target is not None else never,
+        f"{r.success_at_half:.1%}",
+        f"{r.final_success:.1%}",
+        f"{r.final_greedy:.1%}",
+        f"{r.worst_grad_norm:.2f}",
+        f"{r.max_kl:.3f}",
+        f"{r.minutes:.1f}",
+    ]
+
+
+def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps({"target": target, "results": [asdict(r) for r in results]}, indent=2))
+    header = "| algo | steps→target | min→target | pass@1 @½ budget | final pass@1 | final greedy | worst grad norm "
+    header += "| max KL | minutes |\n|" + "---|" * 9 + "\n"
+    rows = "".join("| " + " | ".join(_cells(r)) + " |\n" for r in results)
+    budget = config.rl.steps * config.rollout.episodes_per_step
+    (out / "compare.md").write_text(f"Target pass@1 {target:.0%}; budget {budget} episodes per run.\n\n{header}{rows}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in results:
+        ax.plot([s for s, _ in r.curve], [v for _, v in r.curve], marker="o", label=r.algo)
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out pass@1")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "compare.png", dpi=120)
+    plt.close(fig)
