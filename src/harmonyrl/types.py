@@ -7,7 +7,7 @@ the async agent loop); tensors appear only once a :class:`Batch` is assembled fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 Channel = Literal["analysis", "commentary", "final"]
@@ -54,6 +54,7 @@ class ToolSpec:
 
 
 FailureKind = Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "episode_timeout"]
+ENV_FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 """Environment faults. These are never the model's fault: the episode is masked out of the loss."""
 
 ModelFaultKind = Literal["parse_error", "invalid_tool_args", "unknown_tool"]

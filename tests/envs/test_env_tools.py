@@ -263,3 +263,36 @@ def test_many_blocking_sync_tools_run_at_once() -> None:
         return [o.kind for o in outs]
 
     assert asyncio.run(main()) == ["ok"] * 32
+
+
+class _SandboxDown(RuntimeError):
+    failure_kind = "sandbox_error"
+
+
+class _Bogus(RuntimeError):
+    failure_kind = "the_model_did_it"  # not an environment failure kind: must not be trusted
+
+
+def test_a_tool_can_classify_its_own_environment_fault() -> None:
+    def flaky(x: int) -> str:
+        """A tool whose backend is down.
+
+        Args:
+            x: Anything.
+        """
+        raise _SandboxDown("could not start")
+
+    def odd(x: int) -> str:
+        """A tool that claims an unknown kind.
+
+        Args:
+            x: Anything.
+        """
+        raise _Bogus("?")
+
+    down = asyncio.run(Tool.from_function(flaky).call('{"x": 1}'))
+    assert (
+        down.failure is not None and down.failure.kind == "sandbox_error" and "could not start" in down.failure.detail
+    )
+    bogus = asyncio.run(Tool.from_function(odd).call('{"x": 1}'))
+    assert bogus.failure is not None and bogus.failure.kind == "tool_crash"

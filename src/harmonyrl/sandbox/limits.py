@@ -25,6 +25,8 @@ MIN_MEMORY_MIB = 32
 class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot isolate here, and unsafe local execution was not allowed."""
 
+    failure_kind = "sandbox_error"  # raised inside a tool call: an environment fault, masked
+
 
 class UnsafeExecutionWarning(RuntimeWarning):
     """Model-written code is running without isolation (``allow_unsafe=True`` and no working bubblewrap)."""

@@ -7,8 +7,8 @@ Who is to blame decides what the model sees (invariant 5 of the architecture):
 * everything the *code* did (``ok``, ``error``, ``timeout``, ``killed``, ``output_limit``) is an observation,
   ``{"status": …, "stdout": …, "stderr": …, "error": …}``: an infinite loop or a traceback is the model's
   own result to learn from;
-* the sandbox failing to start is the environment's fault: the tool raises :class:`SandboxError` and
-  :class:`SandboxTool` reports it as ``Failure("sandbox_error")``, so the episode is masked, never scored.
+* the sandbox failing to start is the environment's fault: the tool raises :class:`SandboxError`, whose
+  ``failure_kind`` makes :class:`Tool` report ``Failure("sandbox_error")``, so the episode is masked.
   The tool's own timeout (the sandbox's plus start-up slack) only fires if the sandbox itself hangs, and is
   a ``tool_timeout`` for the same reason; the cancellation it causes kills the sandbox.
 
@@ -18,36 +18,21 @@ stream of masked episodes.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 
-from harmonyrl.envs.tools import Tool, ToolOutcome
+from harmonyrl.envs.tools import Tool
 from harmonyrl.sandbox.bwrap import check_sandbox
 from harmonyrl.sandbox.limits import SandboxLimits, SandboxResult, SandboxUnavailable
 from harmonyrl.sandbox.run import DEFAULT_LIMITS, run_python
-from harmonyrl.types import Failure
 
-_ENV_ERRORS = ("SandboxError", "SandboxUnavailable")
 _MAX_DETAIL_CHARS = 400
 
 
 class SandboxError(RuntimeError):
-    """The sandbox could not run the code (not the code's fault)."""
+    """The sandbox could not run the code (not the code's fault): :class:`Tool` reports it as this kind."""
 
-
-class SandboxTool(Tool):
-    """A :class:`Tool` that reports sandbox crashes as ``sandbox_error`` instead of a generic ``tool_crash``."""
-
-    async def call(self, arguments_json: str) -> ToolOutcome:
-        outcome = await super().call(arguments_json)
-        failure = outcome.failure
-        if failure is None or failure.kind != "tool_crash":
-            return outcome
-        # Tool.call describes a raised exception as "<tool> raised <Type>: <message>".
-        if any(failure.detail.startswith(f"{self.name} raised {error}:") for error in _ENV_ERRORS):
-            return dataclasses.replace(outcome, failure=Failure("sandbox_error", failure.detail))
-        return outcome
+    failure_kind = "sandbox_error"
 
 
 def make_python_tool(
@@ -87,7 +72,7 @@ def make_python_tool(
         """
     # JSON escaping can grow the text; the sandbox's byte cap is the real limit, so the tool's must not cut JSON.
     max_chars = 6 * limits.max_output_bytes + 1024
-    return SandboxTool.from_function(run, timeout_s=limits.timeout_s + startup_slack_s, max_output_chars=max_chars)
+    return Tool.from_function(run, timeout_s=limits.timeout_s + startup_slack_s, max_output_chars=max_chars)
 
 
 def format_result(result: SandboxResult, limits: SandboxLimits) -> str:
