@@ -110,6 +110,28 @@ def compare_cmd(
     console.print(f"comparison: [bold]{out / 'compare.md'}[/]  plot: [bold]{out / 'compare.png'}[/]")
 
 
+@app.command(name="check-env")
+def check_env_cmd(
+    target: Annotated[
+        str, typer.Argument(help="MODULE:FACTORY or path/to/file.py:FACTORY (a zero-argument callable).")
+    ],
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks to drive scripted episodes through.")] = 5,
+) -> None:
+    """Check a user environment against the contract the rollout layer relies on; exit 1 on any issue."""
+    from harmonyrl.envs.checker import check_env, load_factory
+
+    try:
+        make = load_factory(target)
+        issues = check_env(make(), n_tasks=tasks, rebuild=make)
+    except (ValueError, ImportError) as e:
+        raise _fail(str(e)) from None
+    for issue in issues:
+        console.print(f"[red]✗[/] {issue}", highlight=False)
+    if issues:
+        raise typer.Exit(code=1)
+    console.print(f"[green]✓[/] {target}: environment contract OK ({tasks} tasks)")
+
+
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (holds metrics.jsonl).")],

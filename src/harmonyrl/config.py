@@ -95,8 +95,10 @@ class RLConfig(_Frozen):
     ``advantage`` × ``loss`` × ``aggregation``, plus KL, entropy, rollout correction and stability guards."""
 
     steps: int = Field(70, ge=0)
-    lr: float = Field(3e-4, gt=0)
-    """Measured on the default task: 1e-3 collapses tool use within 10 steps, 3e-4 improves steadily."""
+    lr: float = Field(1e-4, gt=0)
+    """Measured on the default task (same warm start, 70 steps): 3e-4 fixes the tool and format decisions but
+    erodes the copying skill (held-out greedy 90.5 % → 55 %, sampled 30 → 44 %); 1e-4 learns the decisions
+    and keeps the skill (greedy 90.5 → 87.5 %, sampled 30 → 66 %)."""
     advantage: Advantage = GRPO()
     loss: PolicyLoss = PPOClip()
     aggregation: AggregationMode = "token-mean"

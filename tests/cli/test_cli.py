@@ -161,3 +161,21 @@ def test_compare_rejects_unknown_algorithm_in_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["compare", "--algos", "grpo,ppo2", "--out", str(tmp_path / "x")])
     assert result.exit_code != 0 and "ppo2" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_check_env_passes_the_readme_example_and_flags_a_broken_env(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "unit_env.py"
+    ok = runner.invoke(app, ["check-env", f"{example}:UnitFactory"])
+    assert ok.exit_code == 0, ok.output
+    broken = tmp_path / "broken_env.py"
+    broken.write_text(
+        example.read_text().replace("return StepResult(reward=float(correct)", "return StepResult(reward=5.0 + correct")
+    )
+    bad = runner.invoke(app, ["check-env", f"{broken}:UnitFactory"])
+    assert bad.exit_code == 1 and "reward" in bad.output
+
+
+@pytest.mark.parametrize("target", ["no_colon", "examples/missing.py:F", "harmonyrl.no_such_module:F", "json:nope"])
+def test_check_env_bad_targets_are_one_line_errors(target: str) -> None:
+    result = runner.invoke(app, ["check-env", target])
+    assert result.exit_code == 2 and "Traceback" not in result.output and "error" in result.output

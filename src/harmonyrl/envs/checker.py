@@ -158,3 +158,33 @@ def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], E
     issues = check_env(factory, n_tasks, rebuild)
     if issues:
         raise AssertionError("env check failed:\n" + "\n".join(f"  - {i}" for i in issues))
+
+
+def load_factory(target: str) -> Callable[[], EnvFactory]:
+    """``"pkg.module:Factory"`` or ``"path/to/env.py:Factory"`` → the zero-argument factory callable.
+
+    Raises ``ValueError`` / ``ImportError`` with a one-line message for a malformed target, a missing file or
+    module, or a missing attribute.
+    """
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    module_part, sep, attr = target.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise ValueError(f"expected MODULE:FACTORY or FILE.py:FACTORY, got {target!r}")
+    if module_part.endswith(".py"):
+        path = Path(module_part)
+        if not path.is_file():
+            raise ValueError(f"no such file: '{path}'")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load '{path}' as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_part)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(f"'{module_part}' has no callable '{attr}'")
+    return factory

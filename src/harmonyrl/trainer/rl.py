@@ -176,13 +176,22 @@ def rl_update(
     model.eval()  # no dropout: old and new log-probs must come from the same function
     critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
     trainer_old, old_values = _no_grad_pass(model, batch, critic)
-    ref_logp = _no_grad_pass(ref_model, batch)[0] if ref_model is not None else trainer_old
+    # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
+    # for the metric (a full reference pass would cost a fifth of the update).
+    needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
+    ref_logp = _no_grad_pass(ref_model, batch)[0] if needs_ref and ref_model is not None else trainer_old
     correction = apply_correction(trainer_old, batch.sampler_logprobs, batch.loss_mask, cfg.correction)
     old_logp = resolve_old_logp(batch.sampler_logprobs, trainer_old, cfg.correction)
     weights = correction.weights if cfg.correction.weights is not None else None
     m = correction.loss_mask  # rejection removes tokens from the loss
     metrics = mismatch_metrics(trainer_old, batch.sampler_logprobs, batch.loss_mask, correction)
-    metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
+    if ref_model is not None and not needs_ref:
+        head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
+        head_ref = _no_grad_pass(ref_model, head)[0]
+        kl_head = kl_k3(trainer_old[: head.size], head_ref)
+        metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_head, head.loss_mask))
+    else:
+        metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
     penalty = torch.zeros_like(m)
     if cfg.kl.coef > 0 and cfg.kl.use == "reward":
         penalty = kl_reward_penalty(penalty, trainer_old, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
@@ -224,8 +233,9 @@ def rl_update(
                 (loss * share).backward()
                 step_loss += float(loss.detach()) * float(share)
                 with torch.no_grad():
-                    kl_now = kl_estimate(scored.logprobs, ref_logp[rows, :w], "k3")
-                    kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
+                    if needs_ref:
+                        kl_now = kl_estimate(scored.logprobs, ref_logp[rows, :w], "k3")
+                        kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
                     sums["entropy"] += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
                 sums["clip"] += float(out.clip_fraction) * float(share)
                 dev = max(dev, float(out.ratio_max_dev))
@@ -238,7 +248,7 @@ def rl_update(
             sums["loss"] += step_loss
             sums["kl_live"] = max(sums["kl_live"], kl_live)
             tripped = trip_reason(cfg.guards, loss=step_loss, grad_norm=grad_norm,
-                                  kl=kl_live if ref_model is not None else None, entropy=None)  # fmt: skip
+                                  kl=kl_live if needs_ref else None, entropy=None)  # fmt: skip
             if tripped is not None:
                 break
             optimizer.step()
@@ -258,7 +268,6 @@ def rl_update(
             "train/clip_fraction": sums["clip"] / steps,
             "train/entropy": mean_entropy,
             "train/grad_norm": max(norms) if norms else 0.0,
-            "train/kl_ref_live_k3": sums["kl_live"],
             "train/ratio_max_dev_first_mb": first_dev or 0.0,
             "train/episodes": float(batch.size),
             "train/tokens": float(batch.loss_mask.sum()),
@@ -268,4 +277,6 @@ def rl_update(
     )
     if value_cfg is not None:
         metrics["train/value_loss"] = sums["value_loss"] / steps
+    if needs_ref:
+        metrics["train/kl_ref_live_k3"] = sums["kl_live"]
     return metrics
