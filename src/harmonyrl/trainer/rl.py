@@ -53,7 +53,7 @@ from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.types import Trajectory
 
-MICRO_BATCH = 16
+MICRO_BATCH = 32
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.replay import ReplayBuffer
 from harmonyrl.types import Trajectory
 
-MICRO_BATCH = 16
+MICRO_BATCH = 32
 
 
 @dataclass
