@@ -29,6 +29,11 @@ class ModelConfig(_Frozen):
     """Size preset of the tiny GPT-OSS (nano: tests, micro: default demo, small: longer runs)."""
     init_from: Path | None = None
     """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init."""
+    attention: Literal["eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "eager"
+    """Trainer attention kernel: transformers' eager reference, the fused exact sink kernel, or a deliberately
+    sink-less one (reproduces the sampler/trainer mismatch; see ``harmonyrl.models.attention``)."""
+    engine_sinks: bool = True
+    """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
 
     @field_validator("init_from")
     @classmethod

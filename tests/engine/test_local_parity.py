@@ -178,3 +178,20 @@ def test_batch_mixing_cached_and_uncached_prompts_keeps_row_order(model: GptOssF
         torch.testing.assert_close(
             torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
         )
+
+
+def test_sinkless_engine_matches_the_sinkless_trainer_kernel_not_the_real_one() -> None:
+    from harmonyrl.models.attention import set_kernel
+
+    model = build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=3).eval()
+    with torch.no_grad():  # make the sinks matter
+        for layer in model.model.layers:
+            layer.self_attn.sinks.fill_(1.5)
+    engine = LocalEngine(model, max_batch=4, max_seq_len=128, sinks=False)
+    ids = prompt(45, salt=50)
+    gen = generate_all(engine, [(ids, SamplingParams(max_new_tokens=20, seed=5))])[0]
+    sinkless = build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=3).eval()
+    sinkless.load_state_dict(model.state_dict())
+    set_kernel(sinkless, "harmonyrl_sinkless")
+    torch.testing.assert_close(torch.tensor(gen.logprobs), hf_logprobs(sinkless, ids, gen.token_ids), atol=1e-5, rtol=0)
+    assert (torch.tensor(gen.logprobs) - hf_logprobs(model, ids, gen.token_ids)).abs().max() > 1e-3

@@ -127,9 +127,12 @@ class LeanForward:
     ``[(H + 2·KVH)·D, hidden]`` here (one GEMM instead of three per layer).
     """
 
-    def __init__(self, model: GptOssForCausalLM, max_batch: int, max_seq_len: int) -> None:
+    def __init__(self, model: GptOssForCausalLM, max_batch: int, max_seq_len: int, sinks: bool = True) -> None:
         cfg = model.config
         self.model = model
+        self.use_sinks = sinks
+        """False runs every head without its sink (a sink logit of -inf adds exp(-inf) = 0 to the softmax
+        denominator): deliberately wrong, to reproduce a sink-less kernel's mismatch in experiments."""
         self.layers = list(model.model.layers)
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
@@ -161,6 +164,10 @@ class LeanForward:
         qkv = F.linear(x, self.qkv_w[i], self.qkv_b[i]).view(b, t, -1, self.head_dim).transpose(1, 2)
         qk = _rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # one rotation for q and k together
         return qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :]
+
+    def _sinks(self, layer: torch.nn.Module) -> torch.Tensor:
+        sinks = layer.self_attn.sinks
+        return sinks if self.use_sinks else torch.full_like(sinks, float("-inf"))
 
     def _block_tail(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Output projection, residual, then the MoE on ``[B, T, hidden]`` (see :func:`dense_moe`)."""
@@ -227,7 +234,7 @@ class LeanForward:
             if i == len(self.layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
                 masks = self._row_masks(start + last, span, x.dtype)
-            attn = sink_attention(q, k, v, layer.self_attn.sinks, masks[self.sliding[i]])
+            attn = sink_attention(q, k, v, self._sinks(layer), masks[self.sliding[i]])
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
 
@@ -247,7 +254,7 @@ class LeanForward:
             keys.append(k[0])
             values.append(v[0])
             if i < len(self.layers) - 1:  # the last layer's output is never read
-                x = self._block_tail(i, x, sink_attention(q, k, v, layer.self_attn.sinks, masks[self.sliding[i]]))
+                x = self._block_tail(i, x, sink_attention(q, k, v, self._sinks(layer), masks[self.sliding[i]]))
         return torch.stack(keys), torch.stack(values)
 
     def load_prefix(self, kv: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor) -> None:
@@ -281,7 +288,7 @@ class LeanForward:
             start = starts[self.sliding[i]]
             keys, values = ck[rows, :, start:span], cv[rows, :, start:span]
             mask = masks[self.sliding[i]][..., start:]
-            attn = sink_attention(q, keys, values, layer.self_attn.sinks, mask)
+            attn = sink_attention(q, keys, values, self._sinks(layer), mask)
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
 

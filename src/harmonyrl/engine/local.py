@@ -75,6 +75,7 @@ class LocalEngine:
         max_batch: int = 64,
         max_seq_len: int = 1024,
         dtype: torch.dtype = torch.float32,
+        sinks: bool = True,
     ) -> None:
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
@@ -82,7 +83,7 @@ class LocalEngine:
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
         self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
-        self._fwd = LeanForward(self._model, max_batch, max_seq_len)
+        self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
         self.stats = EngineStats()
         self._pending: deque[_Request] = deque()
         self._active: list[_Request] = []

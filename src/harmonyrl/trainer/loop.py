@@ -23,6 +23,7 @@ from harmonyrl.engine.local import LocalEngine
 from harmonyrl.envs.calculator import CalculatorFactory, expert_demo
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, num_parameters
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
@@ -110,8 +111,11 @@ def load_for(path: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
 
 
 def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
+    """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
     if config.model.init_from is not None:
-        return load_for(config.model.init_from, tok)
+        model = load_for(config.model.init_from, tok)
+        set_kernel(model, config.model.attention)
+        return model
     mcfg = build_config(
         config.model.preset,
         tok.vocab_size,
@@ -119,12 +123,14 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
         tok.special.return_,
         max_positions=max(1024, config.rollout.max_seq_len),
     )
-    return build_model(mcfg, seed=config.seed)
+    model = build_model(mcfg, seed=config.seed)
+    set_kernel(model, config.model.attention)
+    return model
 
 
 def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
     r = config.rollout
-    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len)
+    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len, sinks=config.model.engine_sinks)
     return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
 
 

@@ -1,0 +1,89 @@
+"""The fused sink kernel equals transformers' eager GPT-OSS attention in forward and backward (sinks included);
+the sink-less kernel is measurably different (it exists to reproduce the mismatch bug)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harmonyrl.models.attention import KERNELS, set_kernel, sink_sdpa
+from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.trainer.batch import _forward
+
+VOCAB = 97
+
+
+def _model() -> torch.nn.Module:
+    model = build_model(build_config("nano", VOCAB, 0, 1), seed=0)
+    with torch.no_grad():  # fresh sinks are ~0; make them matter
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 1.5)
+    return model
+
+
+def _ids() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, VOCAB, (3, 50), generator=g)  # 50 > nano's 32-token sliding window
+    attn = torch.ones_like(ids)
+    attn[1, 41:] = 0  # right padding
+    return ids, attn
+
+
+def _logits_and_grads(model: torch.nn.Module, kernel: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    set_kernel(model, kernel)  # type: ignore[arg-type]
+    model.zero_grad(set_to_none=True)
+    ids, attn = _ids()
+    logits = model(input_ids=ids, attention_mask=attn).logits
+    (torch.log_softmax(logits, -1)[..., 7] * attn).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), grads
+
+
+def test_fused_sink_kernel_equals_eager_forward_and_backward() -> None:
+    model = _model()
+    ref, ref_grads = _logits_and_grads(model, "eager")
+    out, grads = _logits_and_grads(model, "harmonyrl_sink_sdpa")
+    real = _ids()[1].bool()
+    assert torch.allclose(out[real], ref[real], atol=1e-5)
+    assert ref_grads.keys() == grads.keys() and any("sinks" in n for n in grads)
+    for name, g in ref_grads.items():
+        assert torch.allclose(grads[name], g, atol=1e-5 * max(1.0, g.abs().max().item())), name
+
+
+def test_sinkless_kernel_is_wrong_by_design() -> None:
+    model = _model()
+    ref, _ = _logits_and_grads(model, "eager")
+    out, grads = _logits_and_grads(model, "harmonyrl_sinkless")
+    real = _ids()[1].bool()
+    assert (out[real] - ref[real]).abs().max() > 1e-2
+    assert not any("sinks" in n for n in grads)  # the sinks take no part
+
+
+def test_fused_kernel_with_the_shared_prefix_cache_path() -> None:
+    model = _model()
+    g = torch.Generator().manual_seed(2)
+    head = torch.randint(1, VOCAB, (40,), generator=g)
+    ids = torch.stack([torch.cat([head, torch.randint(1, VOCAB, (n,), generator=g)]) for n in (12, 12, 12)])
+    attn = torch.ones_like(ids)
+    set_kernel(model, "eager")
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=attn).logits
+    set_kernel(model, "harmonyrl_sink_sdpa")
+    with torch.no_grad():
+        out = _forward(model, ids, attn)[0]
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
+def test_gqa_heads_keep_their_own_sinks() -> None:
+    # 4 query heads on 2 KV heads; different sinks per query head must give different outputs
+    q, k, v = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    q[:, 1] = q[:, 0]  # heads 0 and 1 share KV head 0 and have identical queries
+    out = sink_sdpa(q, k, v, torch.tensor([-5.0, 5.0, 0.0, 0.0]), None, scale=8**-0.5)
+    assert not torch.allclose(out[:, 0], out[:, 1])  # a large sink shrinks head 1's output
+    assert out[:, 1].abs().max() < out[:, 0].abs().max()
+
+
+def test_unknown_kernel_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="choose from"):
+        set_kernel(_model(), "flash9")  # type: ignore[arg-type]
+    assert "eager" in KERNELS
