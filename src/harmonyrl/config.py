@@ -89,6 +89,8 @@ class RolloutConfig(_Frozen):
     top_k: int = Field(0, ge=0)
     max_batch: int = Field(128, ge=1)
     """Engine slots: how many sequences decode together."""
+    engine_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Precision of the embedded engine (the trainer stays fp32); the gap shows in ``mismatch/*``."""
 
     @property
     def episodes_per_step(self) -> int:

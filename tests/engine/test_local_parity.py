@@ -195,3 +195,14 @@ def test_sinkless_engine_matches_the_sinkless_trainer_kernel_not_the_real_one() 
     set_kernel(sinkless, "harmonyrl_sinkless")
     torch.testing.assert_close(torch.tensor(gen.logprobs), hf_logprobs(sinkless, ids, gen.token_ids), atol=1e-5, rtol=0)
     assert (torch.tensor(gen.logprobs) - hf_logprobs(model, ids, gen.token_ids)).abs().max() > 1e-3
+
+
+def test_bf16_engine_runs_and_its_gap_to_the_fp32_trainer_is_visible(model: GptOssForCausalLM) -> None:
+    ids = prompt(40, salt=60)
+    fp32 = generate_all(LocalEngine(model, max_batch=2, max_seq_len=128), [(ids, SamplingParams(max_new_tokens=16))])
+    bf16_engine = LocalEngine(model, max_batch=2, max_seq_len=128, dtype=torch.bfloat16)
+    bf16 = generate_all(bf16_engine, [(ids, SamplingParams(max_new_tokens=16))])
+    trainer = hf_logprobs(model, ids, bf16[0].token_ids)
+    gap = (torch.tensor(bf16[0].logprobs) - trainer).abs().max().item()
+    exact = (torch.tensor(fp32[0].logprobs) - hf_logprobs(model, ids, fp32[0].token_ids)).abs().max().item()
+    assert exact <= 1e-5 < gap < 0.5  # bf16 is close, but not within fp32's tolerance

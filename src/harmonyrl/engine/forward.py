@@ -295,7 +295,7 @@ class LeanForward:
 
 def _rms(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The module's RMSNorm (same weight and eps) as one fused op instead of ~7 eager ones."""
-    return F.rms_norm(x.float(), (x.shape[-1],), norm.weight, norm.variance_epsilon).to(x.dtype)
+    return F.rms_norm(x.float(), (x.shape[-1],), norm.weight.float(), norm.variance_epsilon).to(x.dtype)
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

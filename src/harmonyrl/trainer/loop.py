@@ -130,7 +130,10 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
 
 def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
     r = config.rollout
-    engine = LocalEngine(model, max_batch=r.max_batch, max_seq_len=r.max_seq_len, sinks=config.model.engine_sinks)
+    dtype = torch.bfloat16 if r.engine_dtype == "bfloat16" else torch.float32
+    engine = LocalEngine(
+        model, max_batch=r.max_batch, max_seq_len=r.max_seq_len, dtype=dtype, sinks=config.model.engine_sinks
+    )
     return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
 
 
