@@ -14,7 +14,12 @@ from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.errors import CheckpointError
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
-USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, CheckpointError, SinkUnavailableError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    FileExistsError,
+    FileNotFoundError,
+    CheckpointError,
+    SinkUnavailableError,
+)
 """Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
 package): one line, no traceback."""
 
@@ -40,13 +45,26 @@ def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
 
 
 @app.command()
-def train(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
+def train(
+    config: ConfigOpt = None,
+    overrides: OverridesArg = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue this run folder from its last checkpoint.")
+    ] = None,
+) -> None:
     """SFT warm start, then RL on the environment, with held-out evaluation before and after."""
-    cfg = _config(config, overrides)
+    if resume is not None:
+        if config is not None or overrides:
+            raise _fail("--resume takes the run's own config.yaml; do not pass --config or overrides")
+        if not (resume / "config.yaml").is_file():
+            raise _fail(f"cannot resume '{resume}': it is not a run folder (no config.yaml)")
+        cfg = _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
+    else:
+        cfg = _config(config, overrides)
     from harmonyrl.trainer.loop import train as run_train
 
     try:
-        asyncio.run(run_train(cfg, console))
+        asyncio.run(run_train(cfg, console, resume=resume is not None))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
 
@@ -148,4 +166,8 @@ def report(
 
 
 def main() -> None:  # pragma: no cover - entry point convenience
+    app()
+
+
+if __name__ == "__main__":  # python -m harmonyrl.cli
     app()

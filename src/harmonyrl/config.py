@@ -64,6 +64,8 @@ class SFTConfig(_Frozen):
     """Peak learning rate. At 3e-3 the micro model often never learns to copy numbers (a plateau at loss ~0.6
     for 1500 steps); at 1e-3 copying forms within ~200 steps."""
     warmup_steps: int = Field(20, ge=0)
+    checkpoint_every: int = Field(50, ge=1)
+    """SFT steps between resumable checkpoints (``checkpoints/last``); RL checkpoints after every step."""
     p_tool: float = Field(0.8, ge=0, le=1)
     """Probability that the scripted expert uses the tool (otherwise it guesses). Below ~0.8 the micro model
     sees too few copy examples to learn to copy numbers within the default SFT budget (measured: p_tool 0.5,

@@ -19,7 +19,8 @@ class StepProgress:
         self._progress: Progress | None = None
         self._task: int | None = None
 
-    def start(self, phase: str, total: int) -> None:
+    def start(self, phase: str, total: int, done: int = 0) -> None:
+        """A bar for ``total`` steps, ``done`` of them already complete (a resumed run)."""
         self._progress = Progress(
             TextColumn(f"[bold]{phase:>4}[/]"),
             BarColumn(),
@@ -31,7 +32,7 @@ class StepProgress:
             transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task("", total=total)
+        self._task = self._progress.add_task("", total=total, completed=done)
 
     def advance(self, description: str) -> None:
         if self._progress is not None and self._task is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -39,12 +40,39 @@ class Learner:
         """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it."""
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         value_head = ValueHead(int(model.config.hidden_size)) if cfg.uses_critic else None
-        params = list(model.parameters()) + (list(value_head.parameters()) if value_head is not None else [])
-        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
         soft_q = None
         if isinstance(cfg.loss, SoftQ):
             soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed))
-        return Learner(cfg, model, optimizer, ref_model, pad_id, norm, value_head, soft_q)
+        learner = Learner(cfg, model, torch.optim.SGD([torch.zeros(1)]), ref_model, pad_id, norm, value_head, soft_q)
+        learner.optimizer = learner.optimizer_for(model)
+        return learner
+
+    def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        """AdamW over ``model``'s parameters and the value head's (if any)."""
+        head = list(self.value_head.parameters()) if self.value_head is not None else []
+        return torch.optim.AdamW([*model.parameters(), *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a resume needs besides the model and the optimizer: value head, soft-Q temperature and replay."""
+        state: dict[str, Any] = {}
+        if self.value_head is not None:
+            state["value_head"] = self.value_head.state_dict()
+        if self.soft_q is not None:
+            state["soft_q"] = {
+                "log_alpha": self.soft_q.log_alpha.detach().clone(),
+                "alpha_optimizer": self.soft_q.alpha_optimizer.state_dict(),
+                "replay": self.soft_q.replay.state_dict(),
+            }
+        return state
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        if self.soft_q is not None:
+            with torch.no_grad():
+                self.soft_q.log_alpha.copy_(state["soft_q"]["log_alpha"])
+            self.soft_q.alpha_optimizer.load_state_dict(state["soft_q"]["alpha_optimizer"])
+            self.soft_q.replay.load_state_dict(state["soft_q"]["replay"])
 
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """One RL step's update from this step's episodes. ``train/skipped`` is 1 when nothing was trainable

@@ -34,6 +34,7 @@ from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableErr
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.learner import Learner
+from harmonyrl.trainer.resume import Progress, load_progress, restore_rngs, rewind_files, save_progress
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
 from harmonyrl.types import SamplingParams
 
@@ -155,7 +156,10 @@ async def run_sft(
     config: RunConfig,
     sink: MetricsSink,
     progress: StepProgress,
+    run_dir: Path | None = None,
+    resume: Progress | None = None,
 ) -> None:
+    """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``."""
     cfg = config.sft
     n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
     tasks = factory.tasks("train")[:n_demos]
@@ -164,49 +168,102 @@ async def run_sft(
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
+    first = 0
+    if resume is not None:
+        optimizer.load_state_dict(resume.state["optimizer"])
+        schedule.load_state_dict(resume.state["schedule"])
+        first = resume.step
     model.train()
-    progress.start("sft", cfg.steps)
+    progress.start("sft", cfg.steps, done=first)
     for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
+        if step < first:
+            continue
         loss = sft_step(model, optimizer, batch, tok.special.endoftext)
         schedule.step()
         sink.write(step, {"sft/loss": loss, "sft/lr": schedule.get_last_lr()[0]}, "sft")
         progress.advance(f"loss {loss:.3f}")
+        if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            save_progress(run_dir, model, "sft", step + 1, optimizer, schedule=schedule.state_dict())
     progress.stop()
 
 
-async def train(config: RunConfig, console: Console) -> TrainResult:
+def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Path, torch.nn.Module, Progress | None]:
+    """The run folder, the model to continue with and the saved position (None: start from the beginning).
+
+    A fresh run refuses an existing folder; a resume requires one, rewinds its files to the last checkpoint
+    and loads the weights saved there.
+    """
+    if not resume:
+        model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
+        check_sinks(config)
+        return prepare_run_dir(config), model, None
+    run_dir = config.output_dir / str(config.run_name)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"cannot resume '{run_dir}': it is not a run folder (no config.yaml)")
+    check_sinks(config)
+    saved = load_progress(run_dir)
+    rewind_files(run_dir, saved)
+    if saved is None:
+        return run_dir, make_model(config, tok), None
+    model = load_for(saved.model_dir, tok)
+    set_kernel(model, config.model.attention)
+    restore_rngs(saved.state)
+    return run_dir, model, saved
+
+
+def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
+    """The policy as RL began (the reference model of a resumed run): the SFT checkpoint, else the start."""
+    sft = run_dir / "checkpoints" / "sft"
+    if (sft / "config.json").is_file():
+        model = load_for(sft, tok)
+        set_kernel(model, config.model.attention)
+        return model
+    return make_model(config, tok)
+
+
+async def train(config: RunConfig, console: Console, resume: bool = False) -> TrainResult:
+    """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
+    ``output_dir/run_name`` from its last checkpoint, losing no completed step."""
     t_start = time.perf_counter()
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
-    check_sinks(config)
-    run_dir = prepare_run_dir(config)
+    run_dir, model, saved = open_run(config, tok, resume)
     sink = open_sinks(config, run_dir)
     progress = StepProgress(console)
+    where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
-        f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}"
+        f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}{where}"
     )
 
     # 1. supervised warm start on the (imperfect) expert's demonstrations
-    if config.sft.steps > 0 and config.model.init_from is None:
-        await run_sft(model, tok, factory, config, sink, progress)
+    in_rl = saved is not None and saved.phase == "rl"
+    if config.sft.steps > 0 and config.model.init_from is None and not in_rl:
+        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
         save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
 
-    # 2. held-out evaluation of the starting policy
+    # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
     engine, limits = make_engine(config, model)
     held_out = held_out_eval(config, engine, factory, tok, limits)
-    before = await held_out()
-    sink.write(0, before, "eval")
+    before = saved_eval(run_dir) if in_rl else await held_out()
+    if not in_rl:
+        sink.write(0, before, "eval")
     console.print(
         f"held-out before RL: pass@1 [bold]{before['eval/success']:.1%}[/]  "
         f"greedy [bold]{before['eval_greedy/success']:.1%}[/]"
     )
 
     # 3. RL: rollouts with the current policy → the configured update → new weights to the engine
-    learner = Learner.create(config.rl, model, tok.special.endoftext, norm=float(r.max_seq_len), seed=config.seed)
+    start_model = rl_start_model(config, run_dir, tok) if in_rl else model
+    learner = Learner.create(config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed)
+    first = 0
+    if in_rl and saved is not None:  # continue with the saved weights, optimizer and learner state
+        learner.model, learner.optimizer = model, learner.optimizer_for(model)
+        learner.optimizer.load_state_dict(saved.state["optimizer"])
+        learner.load_extra_state(saved.state["learner"])
+        first = saved.step
     skipped_in_a_row = 0
     params = SamplingParams(
         temperature=r.temperature,
@@ -215,8 +272,8 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
         stop_ids=(tok.special.call, tok.special.return_),
     )
     train_tasks = factory.tasks("train")
-    progress.start("rl", config.rl.steps)
-    for step in range(config.rl.steps):
+    progress.start("rl", config.rl.steps, done=first)
+    for step in range(first, config.rl.steps):
         t0 = time.perf_counter()
         offset = (step * r.tasks_per_step) % len(train_tasks)
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
@@ -240,6 +297,7 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
             metrics |= await held_out()
         sink.write(step + 1, metrics, "rl")
+        save_progress(run_dir, model, "rl", step + 1, learner.optimizer, learner=learner.extra_state())
         progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
         skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("guard/skipped", 0.0) else 0
         if config.rl.guards.stop_after is not None and skipped_in_a_row >= config.rl.guards.stop_after:
@@ -253,33 +311,41 @@ async def train(config: RunConfig, console: Console) -> TrainResult:
     sink.write(config.rl.steps, after, "eval")
     await engine.close()
     sink.close()
-    minutes = (time.perf_counter() - t_start) / 60
     result = TrainResult(
         run_dir,
         before["eval/success"],
         after["eval/success"],
         before["eval_greedy/success"],
         after["eval_greedy/success"],
-        minutes,
+        (time.perf_counter() - t_start) / 60,
     )
-    (run_dir / "summary.json").write_text(
-        json.dumps(
-            {
-                "success_before": result.success_before,
-                "success_after": result.success_after,
-                "greedy_success_before": result.greedy_before,
-                "greedy_success_after": result.greedy_after,
-                "minutes": minutes,
-            },
-            indent=2,
-        )
-    )
+    write_summary(result)
     console.print(
         f"held-out pass@1: [bold]{result.success_before:.1%} → {result.success_after:.1%}[/]  "
         f"greedy: [bold]{result.greedy_before:.1%} → {result.greedy_after:.1%}[/]  "
-        f"in {minutes:.1f} min  ({run_dir})"
+        f"in {result.minutes:.1f} min  ({run_dir})"
     )
     return result
+
+
+def saved_eval(run_dir: Path) -> dict[str, float]:
+    """The held-out evaluation before RL, as the run recorded it (step 0 of ``metrics.jsonl``)."""
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("phase") == "eval" and row.get("step") == 0:
+            return {k: v for k, v in row.items() if k not in ("step", "phase")}
+    raise CheckpointError(f"'{run_dir}/metrics.jsonl' has no evaluation before RL; cannot resume RL")
+
+
+def write_summary(result: TrainResult) -> None:
+    summary = {
+        "success_before": result.success_before,
+        "success_after": result.success_after,
+        "greedy_success_before": result.greedy_before,
+        "greedy_success_after": result.greedy_after,
+        "minutes": result.minutes,
+    }
+    (result.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
 async def sft_only(config: RunConfig, console: Console) -> Path:
