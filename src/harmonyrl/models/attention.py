@@ -29,7 +29,7 @@ KernelName = Literal["eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
 KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
 
 
-def _keep_mask(attention_mask: torch.Tensor | None, b: int, t: int, s: int) -> torch.Tensor | None:
+def _keep_mask(attention_mask: torch.Tensor | None, s: int) -> torch.Tensor | None:
     """HF's mask as boolean "may attend" ``[B|1, 1, T, S]`` (it may arrive additive or boolean)."""
     if attention_mask is None:
         return None
@@ -79,9 +79,8 @@ def _hf_kernel(with_sink: bool) -> Any:
     ) -> tuple[torch.Tensor, None]:
         if dropout and module.training:
             raise ValueError("harmonyrl attention kernels do not implement attention dropout")
-        b, _, t, _ = query.shape
-        s = key.shape[2]
-        keep = _keep_mask(attention_mask, b, t, s)
+        t, s = query.shape[2], key.shape[2]
+        keep = _keep_mask(attention_mask, s)
         if keep is None and t > 1:  # no mask given: causal, queries aligned to the last keys
             keep = torch.ones(t, s, dtype=torch.bool, device=query.device).tril(diagonal=s - t)[None, None]
         sinks = module.sinks if with_sink else None

@@ -1,0 +1,125 @@
+"""Kill a training run with SIGKILL at random points, resume it each time, compare with an uninterrupted run.
+
+    python benchmarks/resume.py [--kills 10] [--seed 0] [key=value ...]
+
+A small configuration (nano model, short SFT and RL) runs once uninterrupted. A second run of the same
+configuration is killed at ``--kills`` random moments (uniform over the uninterrupted run's duration, so
+kills land in SFT, evaluation, rollouts and updates alike) and resumed with ``harmonyrl train --resume``
+after each kill, until it finishes. ``lost_steps`` counts completed steps (SFT or RL rows in
+metrics.jsonl) that a resume had to redo beyond the one in flight; ``identical`` compares metrics (timings
+excluded) and recorded episodes byte for byte. SFT checkpoints every step here (``sft.checkpoint_every=1``;
+RL always does), so no completed step is redone. Last line: ``RESULT kills=… lost_steps=… identical=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIG = [
+    "model.preset=nano",
+    "sft.steps=60",
+    "sft.batch_size=8",
+    "sft.checkpoint_every=1",  # the default (50) would redo up to 49 SFT steps after a kill
+    "rl.steps=12",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=32",
+    "eval.n_tasks=8",
+    "eval.samples_per_task=2",
+    "env.n_train=256",
+    "env.n_test=16",
+    "threads=1",
+]
+VOLATILE = ("time/", "rollout/tokens_per_s")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harmonyrl.cli", *args]
+
+
+def _rows(run: Path) -> list[dict[str, object]]:
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by the kill
+            break
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+def _completed(run: Path) -> int:
+    return sum(r["phase"] in ("sft", "rl") for r in _rows(run))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="harmonyrl-resume-"))
+    config = [*CONFIG, *args.overrides, f"output_dir={out}"]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    start = time.perf_counter()
+    subprocess.run(_cli("train", *config, "run_name=whole"), check=True, env=env, capture_output=True)
+    duration = time.perf_counter() - start
+    print(f"uninterrupted run: {duration:.1f} s")
+
+    rng = random.Random(args.seed)
+    run = out / "killed"
+    kills, lost, attempt = 0, 0, 0
+    cmd = _cli("train", *config, "run_name=killed")
+    while True:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if kills < args.kills:
+            delay = rng.uniform(0.3, duration)
+            try:
+                proc.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                before = _completed(run)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                resumed_from = _completed_after_rewind(run)
+                lost += max(0, before - resumed_from - 1)  # the row of the step in flight may be redone
+                print(f"kill {kills}: after {delay:.1f} s, {before} steps done, resumable at {resumed_from}")
+        proc.wait()
+        attempt += 1
+        if (run / "summary.json").is_file():
+            break
+        cmd = _cli("train", "--resume", str(run))
+        if attempt > args.kills + 5:
+            raise SystemExit("the killed run never finished")
+    identical = _rows(run) == _rows(out / "whole")
+    episodes = [(p / "rollouts" / "episodes.jsonl").read_bytes() for p in (run, out / "whole")]
+    identical = identical and episodes[0] == episodes[1]
+    print(f"RESULT kills={kills} lost_steps={lost} identical={str(identical).lower()}")
+
+
+def _completed_after_rewind(run: Path) -> int:
+    """Steps a resume will keep: the rows recorded in the last checkpoint's line count."""
+    import torch
+
+    state_file = run / "checkpoints" / "last" / "trainer_state.pt"
+    if not state_file.is_file():
+        return 0
+    state = torch.load(state_file, weights_only=False)
+    keep = state["lines"]["metrics.jsonl"]
+    rows = (run / "metrics.jsonl").read_text().splitlines()[:keep]
+    return sum(json.loads(r)["phase"] in ("sft", "rl") for r in rows)
+
+
+if __name__ == "__main__":
+    main()

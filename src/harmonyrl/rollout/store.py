@@ -1,0 +1,222 @@
+"""The lossless rollout record: one parquet file per RL step (``RUN_DIR/rollouts/step_00001.parquet``).
+
+``rollouts/episodes.jsonl`` (:mod:`harmonyrl.telemetry.episodes`) is for people and drops token ids and
+log-probs; this file is for machines: :func:`read_step` rebuilds every :class:`Trajectory` *equal* to the one
+trained on, in order, so ``harmonyrl replay`` can re-run the update without generating (bit-exact on CPU).
+
+Design choices:
+
+* Columnar, one row per episode. The token-level fields are typed list columns (``token_ids`` int32,
+  ``loss_mask`` int8, ``sampler_logprobs`` float64); parquet stores doubles as their IEEE bits, so log-probs
+  round-trip exactly (``-0.0``, subnormals and ±1e308 included), which a text format would only promise via
+  ``repr``.
+* The nested, variable-shaped parts (turns with their messages, reward terms) are JSON strings. They are
+  small, rarely queried by column, and JSON keeps the schema flat. ``json.dumps`` writes floats with
+  ``repr`` (exact) and escapes non-ASCII (so even lone surrogates from odd model output round-trip).
+* Atomic: the table is written to ``*.tmp``, fsynced and renamed into place, so a killed run leaves either
+  the whole step or none of it. A resumed run rewrites the steps after its checkpoint with identical content.
+* Reading is strict: a missing file, a non-parquet file, a missing column or a value of the wrong type is a
+  :class:`RolloutFileError` whose one-line message names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harmonyrl.types import Failure, Message, Trajectory, Turn
+
+FORMAT_VERSION = "1"
+SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("index", pa.int64()),
+        ("task_id", pa.string()),
+        ("group_id", pa.int64()),
+        ("token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("sampler_logprobs", pa.list_(pa.float64())),
+        ("reward", pa.float64()),
+        ("terminated", pa.bool_()),
+        ("truncated", pa.bool_()),
+        ("failure_kind", pa.string()),
+        ("failure_detail", pa.string()),
+        ("parity_mismatches", pa.int64()),
+        ("reward_terms", pa.string()),
+        ("turns", pa.string()),
+    ],
+    metadata={"harmonyrl.rollout_format": FORMAT_VERSION},
+)
+_NULLABLE = frozenset({"failure_kind", "failure_detail"})
+_STEP_FILE = re.compile(r"^step_(\d+)\.parquet$")
+
+
+class RolloutFileError(ValueError):
+    """A rollout file that is missing, not parquet, or not a harmonyrl rollout record (message: one line)."""
+
+
+def step_path(run_dir: Path, step: int) -> Path:
+    """Where RL step ``step`` (1-based, as in ``metrics.jsonl``) is recorded."""
+    return Path(run_dir) / "rollouts" / f"step_{step:05d}.parquet"
+
+
+def list_steps(run_dir: Path) -> list[int]:
+    """The recorded RL steps of ``run_dir``, ascending (empty if none; half-written ``*.tmp`` files ignored)."""
+    folder = Path(run_dir) / "rollouts"
+    if not folder.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _STEP_FILE.match(p.name)))
+
+
+# ---------------------------------------------------------------- write
+
+
+def _message_json(msg: Message) -> dict[str, str | None]:
+    return {
+        "role": msg.role,
+        "content": msg.content,
+        "channel": msg.channel,
+        "recipient": msg.recipient,
+        "name": msg.name,
+        "content_type": msg.content_type,
+    }
+
+
+def _turns_json(turns: Sequence[Turn]) -> str:
+    return json.dumps(
+        [
+            {
+                "sampled": [_message_json(m) for m in t.sampled],
+                "parse_error": t.parse_error,
+                "observations": [_message_json(m) for m in t.observations],
+                "generation_s": t.generation_s,
+                "tool_s": t.tool_s,
+            }
+            for t in turns
+        ]
+    )
+
+
+def to_table(step: int, trajectories: Sequence[Trajectory]) -> pa.Table:
+    """The step's episodes as one arrow table (row ``i`` is ``trajectories[i]``)."""
+    trajs = list(trajectories)
+    columns: dict[str, list[Any]] = {
+        "step": [step] * len(trajs),
+        "index": list(range(len(trajs))),
+        "task_id": [t.task_id for t in trajs],
+        "group_id": [t.group_id for t in trajs],
+        "token_ids": [list(t.token_ids) for t in trajs],
+        "loss_mask": [list(t.loss_mask) for t in trajs],
+        "sampler_logprobs": [list(t.sampler_logprobs) for t in trajs],
+        "reward": [t.reward for t in trajs],
+        "terminated": [t.terminated for t in trajs],
+        "truncated": [t.truncated for t in trajs],
+        "failure_kind": [t.failure.kind if t.failure else None for t in trajs],
+        "failure_detail": [t.failure.detail if t.failure else None for t in trajs],
+        "parity_mismatches": [t.parity_mismatches for t in trajs],
+        "reward_terms": [json.dumps(t.reward_terms) for t in trajs],
+        "turns": [_turns_json(t.turns) for t in trajs],
+    }
+    return pa.Table.from_pydict(columns, schema=SCHEMA)
+
+
+def write_step(path: Path, step: int, trajectories: Sequence[Trajectory]) -> None:
+    """Write one RL step's episodes to ``path`` atomically (parents created; an existing file is replaced)."""
+    path = Path(path)
+    table = to_table(step, trajectories)  # build first: a bad value must not leave a temp file behind
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("wb") as fh:
+            pq.write_table(table, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- read
+
+
+def _message(d: dict[str, Any]) -> Message:
+    return Message(d["role"], d["content"], d["channel"], d["recipient"], d["name"], d["content_type"])
+
+
+def _turns(text: str) -> tuple[Turn, ...]:
+    return tuple(
+        Turn(
+            tuple(_message(m) for m in t["sampled"]),
+            t["parse_error"],
+            tuple(_message(m) for m in t["observations"]),
+            t["generation_s"],
+            t["tool_s"],
+        )
+        for t in json.loads(text)
+    )
+
+
+def _row(row: dict[str, Any]) -> Trajectory:
+    kind, detail = row["failure_kind"], row["failure_detail"]
+    return Trajectory(
+        task_id=row["task_id"],
+        group_id=row["group_id"],
+        token_ids=tuple(row["token_ids"]),
+        loss_mask=tuple(row["loss_mask"]),
+        sampler_logprobs=tuple(row["sampler_logprobs"]),
+        reward=row["reward"],
+        terminated=row["terminated"],
+        truncated=row["truncated"],
+        failure=Failure(kind, detail) if kind is not None else None,
+        turns=_turns(row["turns"]),
+        parity_mismatches=row["parity_mismatches"],
+        reward_terms=json.loads(row["reward_terms"]),
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def read_table(path: Path) -> pa.Table:
+    """The step's table with :data:`SCHEMA` (extra columns dropped), or a :class:`RolloutFileError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise RolloutFileError(f"rollout file '{path}' does not exist")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise RolloutFileError(f"rollout file '{path}' is not a readable parquet file: {_first_line(e)}") from e
+    missing = [name for name in SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise RolloutFileError(f"rollout file '{path}' lacks column(s) {', '.join(missing)}")
+    try:
+        table = table.select(SCHEMA.names).cast(SCHEMA)
+    except (pa.ArrowException, ValueError) as e:
+        raise RolloutFileError(f"rollout file '{path}' has a column of the wrong type: {_first_line(e)}") from e
+    nulls = [n for n in SCHEMA.names if n not in _NULLABLE and table.column(n).null_count]
+    if nulls:
+        raise RolloutFileError(f"rollout file '{path}' has missing values in column(s) {', '.join(nulls)}")
+    return table
+
+
+def read_step(path: Path) -> list[Trajectory]:
+    """The trajectories of one step file, equal to the ones written and in the same order."""
+    table = read_table(path)
+    rows = sorted(table.to_pylist(), key=lambda r: r["index"])
+    trajs: list[Trajectory] = []
+    for row in rows:
+        try:
+            trajs.append(_row(row))
+        except (KeyError, TypeError, ValueError) as e:  # ValueError covers json.JSONDecodeError
+            where = f"row {row['index']}"
+            raise RolloutFileError(f"rollout file '{path}' {where} is corrupt: {_first_line(e)}") from e
+    return trajs
