@@ -1,0 +1,232 @@
+"""``harmonyrl replay``: re-run one RL step's update from its recorded episodes, without generating.
+
+Why this is bit-exact on CPU: everything ``Learner.update`` reads is either stored losslessly or rebuilt
+exactly. The episodes come back equal from :mod:`.store`; the weights, optimizer and learner state before the
+step come from a checkpoint (safetensors and ``torch.save`` are lossless); the reference model is the policy
+at RL start (``checkpoints/sft``, or the configured start model when there was no SFT), as in ``train``;
+the update itself draws no random numbers (the model runs in eval mode, the soft-Q replay buffer carries its
+own RNG in the learner state, the value head starts at zero). The process is set up as ``train`` sets it up
+(same thread count, deterministic kernels), because float reductions depend on the thread count.
+
+Which weights are "before step N": step 1 starts from the RL start weights with a fresh learner; step N > 1
+needs a checkpoint saved after step N - 1 (``checkpoints/last`` of a run stopped there, or a copy of it).
+When ``checkpoint`` is not given and ``checkpoints/last`` is at step N - 1, that one is used.
+
+Re-scoring (:func:`rescore`) replays each episode's assistant turns through a fresh environment and sums the
+rewards again. It is a check of the *environment*, not of training, and is not always reproducible: a tool
+may time out now where it did not then (timings differ run to run), and episodes recorded with an
+environment failure have no trustworthy reward. Both kinds are skipped and left out of the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from harmonyrl.config import RunConfig, load_config
+from harmonyrl.errors import CheckpointError
+from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.attention import set_kernel
+from harmonyrl.rollout.store import list_steps, read_step, step_path
+from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.learner import Learner
+from harmonyrl.trainer.loop import load_for, make_factory, rl_start_model, setup_process
+from harmonyrl.trainer.resume import last_dir
+from harmonyrl.types import Task, Trajectory, Turn
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    step: int
+    metrics: dict[str, float]
+    """What ``Learner.update`` returned for the replayed step (compare with the step's row in metrics.jsonl)."""
+    state_dict: dict[str, torch.Tensor]
+    """The policy's weights after the replayed update."""
+    compared_with: Path | None
+    """The run's checkpoint holding the weights after this step, if it has one."""
+    identical: bool | None
+    """Every weight tensor equal bit for bit to ``compared_with`` (None: nothing to compare with)."""
+    differing: tuple[str, ...] = ()
+    """Names of the tensors that differ (empty when identical)."""
+
+
+class ReplayError(ValueError):
+    """A replay request that cannot be served as asked (step out of range, episode of an unknown task)."""
+
+
+class RescoreRow(NamedTuple):
+    task_id: str
+    stored_reward: float
+    new_reward: float
+
+
+def replay_update(learner: Learner, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """One RL update on recorded episodes: exactly the call the training loop makes after its rollout."""
+    return learner.update(trajectories)
+
+
+def _read_state(folder: Path) -> dict[str, Any]:
+    path = folder / "trainer_state.pt"
+    if not path.is_file():
+        raise CheckpointError(f"'{folder}' is not a training checkpoint (no trainer_state.pt inside)")
+    try:  # weights_only=False: the state holds RNG tuples and, for soft-Q, the replay buffer's episodes
+        state = torch.load(path, weights_only=False)
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"cannot read '{path}': {first}") from e
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise CheckpointError(f"'{path}' has no step")
+    return state
+
+
+def _rl_step_of(folder: Path) -> int | None:
+    """The RL step a checkpoint folder was saved after, or None (absent, SFT progress, unreadable)."""
+    try:
+        state = _read_state(folder)
+    except CheckpointError:
+        return None
+    return state["step"] if state.get("phase", "rl") == "rl" else None
+
+
+def _pre_step_checkpoint(run_dir: Path, step: int, checkpoint: Path | None) -> Path:
+    """The checkpoint holding the state before ``step`` (> 1), or a CheckpointError naming what is needed."""
+    need = f"replaying RL step {step} needs the checkpoint saved after RL step {step - 1}"
+    if checkpoint is None:
+        if _rl_step_of(last_dir(run_dir)) == step - 1:
+            return last_dir(run_dir)
+        raise CheckpointError(f"{need} (pass --checkpoint DIR; '{last_dir(run_dir)}' is not at that step)")
+    state = _read_state(checkpoint)
+    if state.get("phase", "rl") != "rl" or state["step"] != step - 1:
+        got = f"{state['phase']} step {state['step']}" if "phase" in state else f"step {state['step']}"
+        raise CheckpointError(f"{need}; '{checkpoint}' was saved at {got}")
+    return checkpoint
+
+
+def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path | None) -> Learner:
+    """The learner exactly as ``train`` holds it right before RL step ``step`` (1-based)."""
+    tok = HarmonyTokenizer.load_default()
+    pad, norm = tok.special.endoftext, float(config.rollout.max_seq_len)
+    if step == 1:
+        if checkpoint is not None:
+            raise CheckpointError("replaying RL step 1 starts from the RL start weights; do not pass a checkpoint")
+        return Learner.create(config.rl, rl_start_model(config, run_dir, tok), pad, norm, config.seed)
+    folder = _pre_step_checkpoint(run_dir, step, checkpoint)
+    state = _read_state(folder)
+    learner = Learner.create(config.rl, rl_start_model(config, run_dir, tok), pad, norm, config.seed)
+    model = load_for(folder, tok)
+    set_kernel(model, config.model.attention)
+    learner.model, learner.optimizer = model, learner.optimizer_for(model)
+    if state.get("optimizer") is None:
+        raise CheckpointError(f"checkpoint '{folder}' has no optimizer state")
+    learner.optimizer.load_state_dict(state["optimizer"])
+    extra = state.get("learner", {})
+    if (learner.value_head is not None or learner.soft_q is not None) and not extra:
+        raise CheckpointError(f"checkpoint '{folder}' has no learner state (value head / soft-Q), needed here")
+    learner.load_extra_state(extra)
+    return learner
+
+
+def _after_step_checkpoint(run_dir: Path, step: int) -> Path | None:
+    """The run's checkpoint of the weights after ``step``: ``final`` if the step is the last one recorded
+    (``final`` is written right after the RL loop ends, also when guards stop it early), else ``last`` if it
+    was saved at that step (``last`` is overwritten after every step, so only the newest step has one)."""
+    final = run_dir / "checkpoints" / "final"
+    if (final / "config.json").is_file() and step == max(list_steps(run_dir), default=0):
+        return final
+    if _rl_step_of(last_dir(run_dir)) == step:
+        return last_dir(run_dir)
+    return None
+
+
+def differing_tensors(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
+    """Names whose tensors are not bit-identical (``torch.equal``), including names present on one side only."""
+    names = sorted(set(a) | set(b))
+    return tuple(n for n in names if n not in a or n not in b or not torch.equal(a[n], b[n]))
+
+
+def replay_step(run_dir: Path, step: int, checkpoint: Path | None = None, save_to: Path | None = None) -> ReplayResult:
+    """Re-run RL step ``step`` of ``run_dir`` from its recorded episodes and compare with the run's weights.
+
+    ``save_to`` writes the state after the replayed step as a checkpoint (weights, optimizer, learner state,
+    like ``checkpoints/last``), so replays chain: step N + 1 can then be replayed with ``checkpoint=save_to``
+    even though the run itself kept only its newest ``last``. Sets the process up like ``train`` (seeds,
+    ``config.threads``, deterministic kernels): call it from a command or test process, not inside a run.
+    """
+    run_dir = Path(run_dir)
+    config = load_config(run_dir / "config.yaml")
+    if not 1 <= step <= config.rl.steps:
+        raise ReplayError(f"step must be between 1 and rl.steps={config.rl.steps}, got {step}")
+    trajectories = read_step(step_path(run_dir, step))  # a missing record fails before any model is loaded
+    setup_process(config.seed, config.threads)
+    learner = build_learner(config, run_dir, step, checkpoint)
+    metrics = replay_update(learner, trajectories)
+    weights = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
+    if save_to is not None:
+        extra = {"phase": "rl", "learner": learner.extra_state(), "replayed_from": str(run_dir)}
+        save_checkpoint(Path(save_to), learner.model, learner.optimizer, step, extra)
+    after = _after_step_checkpoint(run_dir, step)
+    if after is None:
+        return ReplayResult(step, metrics, weights, None, None)
+    saved = load_for(after, HarmonyTokenizer.load_default()).state_dict()
+    diff = differing_tensors(weights, saved)
+    return ReplayResult(step, metrics, weights, after, not diff, diff)
+
+
+# ---------------------------------------------------------------- re-scoring through the env
+
+
+def _was_stepped(traj: Trajectory, turn: Turn) -> bool:
+    """Whether the agent loop passed this turn to ``env.step``: it does not for a malformed message or one cut
+    off by the token budget (the episode's last turn, truncated, with no observations and no tool time)."""
+    if turn.parse_error is not None:
+        return False
+    return not (traj.truncated and not turn.observations and turn.tool_s == 0.0)
+
+
+async def rescore_trajectories(config: RunConfig, trajectories: Sequence[Trajectory]) -> tuple[list[RescoreRow], int]:
+    """(task_id, stored reward, new reward) per reproducible episode, and how many were skipped."""
+    factory = make_factory(config)
+    tasks: dict[str, Task] = {t.id: t for split in ("train", "test") for t in factory.tasks(split)}
+    rows: list[RescoreRow] = []
+    skipped = 0
+    for traj in trajectories:
+        if traj.failure is not None:
+            skipped += 1
+            continue
+        task = tasks.get(traj.task_id)
+        if task is None:
+            raise ReplayError(f"task '{traj.task_id}' is not in the run's environment (was env.* changed?)")
+        env = factory.make(task)
+        reward, failed = 0.0, False
+        try:
+            await env.reset()
+            for turn in traj.turns:
+                if not _was_stepped(traj, turn):
+                    break
+                result = await env.step(turn.sampled)
+                reward += result.reward
+                if result.failure is not None:
+                    failed = True
+                    break
+                if result.terminated or result.truncated:
+                    break
+        finally:
+            await env.close()
+        if failed:
+            skipped += 1
+        else:
+            rows.append(RescoreRow(traj.task_id, traj.reward, reward))
+    return rows, skipped
+
+
+def rescore(run_dir: Path, step: int) -> list[RescoreRow]:
+    """Re-score RL step ``step``'s recorded episodes through fresh environments (failed episodes skipped)."""
+    run_dir = Path(run_dir)
+    config = load_config(run_dir / "config.yaml")
+    rows, _ = asyncio.run(rescore_trajectories(config, read_step(step_path(run_dir, step))))
+    return rows
