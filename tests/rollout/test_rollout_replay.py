@@ -163,12 +163,15 @@ def test_replay_needs_the_checkpoint_before_the_step(run: Run) -> None:
         replay_step(run.path, 3)
 
 
-def test_replay_of_a_missing_record_names_the_file(run: Run, tmp_path: Path) -> None:
+def test_replay_of_a_missing_record_or_start_checkpoint_names_it(run: Run, tmp_path: Path) -> None:
     copy = tmp_path / "r"
     shutil.copytree(run.path, copy)
     step_path(copy, 1).unlink()
     with pytest.raises(RolloutFileError, match=r"step_00001\.parquet' does not exist"):
         replay_step(copy, 1)
+    shutil.rmtree(copy / "checkpoints" / "sft")
+    with pytest.raises(CheckpointError, match=r"sft' is missing: it holds the weights RL started from"):
+        replay_step(copy, 2, checkpoint=run.after_step_1)
 
 
 def test_rescore_gives_the_stored_rewards_back(run: Run) -> None:

@@ -111,6 +111,10 @@ def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path 
     """The learner exactly as ``train`` holds it right before RL step ``step`` (1-based)."""
     tok = HarmonyTokenizer.load_default()
     pad, norm = tok.special.endoftext, float(config.rollout.max_seq_len)
+    sft = run_dir / "checkpoints" / "sft"
+    if config.sft.steps > 0 and config.model.init_from is None and not (sft / "config.json").is_file():
+        # rl_start_model would fall back to a fresh model: a wrong reference (and step-1 start), silently
+        raise CheckpointError(f"'{sft}' is missing: it holds the weights RL started from (the reference model)")
     if step == 1:
         if checkpoint is not None:
             raise CheckpointError("replaying RL step 1 starts from the RL start weights; do not pass a checkpoint")

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from harmonyrl.types import Failure, Message, Trajectory, Turn
 
