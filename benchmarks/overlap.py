@@ -12,6 +12,9 @@ seeds) run two ways in one process:
               turn (the classic synchronous rollout). Its rate is the same wave after wave, so it runs on the
               first ``--lockstep-waves`` waves of the same episodes to keep the benchmark short.
 
+Prompts are 128 tokens whose first 96 are shared by every episode (``--shared-prefix``), as an environment's
+system + developer messages are; ``--shared-prefix 0`` gives fully random prompts.
+
 Engine busy is only meaningful when the engine is the bottleneck, i.e. when the total generation work is
 much longer than the slowest single episode: hence many episodes.
 
@@ -40,9 +43,12 @@ def latencies(n: int, turns: int, seed: int, median: float, sigma: float) -> lis
     return [[median * rng.lognormvariate(0.0, sigma) for _ in range(turns)] for _ in range(n)]
 
 
-def prompts(n: int, vocab: int, length: int, seed: int) -> list[list[int]]:
+def prompts(n: int, vocab: int, length: int, shared: int, seed: int) -> list[list[int]]:
+    """``n`` prompts of ``length`` tokens whose first ``shared`` tokens are common to all (an agent env's
+    system + developer messages, as in real episodes), the rest random."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, vocab, (n, length), generator=g).tolist()
+    head = torch.randint(3, vocab, (shared,), generator=g).tolist()
+    return [head + row for row in torch.randint(3, vocab, (n, length - shared), generator=g).tolist()]
 
 
 async def _turn(engine: LocalEngine, ids: list[int], tokens: int, seed: int) -> list[int]:
@@ -102,7 +108,7 @@ async def main_async(args: argparse.Namespace) -> None:
     vocab = 1536
     model = build_model(build_config("micro", vocab, 0, 1), seed=0).eval()
     engine = LocalEngine(model, max_batch=args.slots, max_seq_len=1024)
-    ps = prompts(args.episodes, vocab, args.prompt_len, seed=1)
+    ps = prompts(args.episodes, vocab, args.prompt_len, args.shared_prefix, seed=1)
     lat = latencies(args.episodes, args.turns, seed=2, median=0.5, sigma=1.2)
     flat = sorted(x for row in lat for x in row)
     print(
@@ -133,6 +139,7 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--tokens", type=int, default=64, help="tokens generated per turn")
     p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--shared-prefix", type=int, default=96, help="prompt tokens common to every episode (0: none)")
     p.add_argument("--threads", type=int, default=2)
     asyncio.run(main_async(p.parse_args()))
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
@@ -53,7 +53,50 @@ class CalculatorEnvConfig(_Frozen):
     """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
 
 
-EnvConfig = CalculatorEnvConfig
+class RewardWeightsConfig(_Frozen):
+    """Weights of the composed reward terms (``reward/<term>`` in metrics); the default is the sparse outcome."""
+
+    outcome: float = Field(1.0, ge=0)
+    format: float = Field(0.0, ge=0)
+    tool_use: float = Field(0.0, ge=0)
+    step_cost: float = Field(0.0, ge=0)
+    """Price of one turn (subtracted per turn)."""
+
+    @model_validator(mode="after")
+    def _in_unit_range(self) -> RewardWeightsConfig:
+        if self.outcome + self.format + self.tool_use > 1.0 + 1e-9:
+            raise ValueError("outcome + format + tool_use must be <= 1 (rewards stay in [0, 1])")
+        return self
+
+
+class RetoolEnvConfig(_Frozen):
+    """Math word problems solved with the sandboxed ``python`` tool (needs bubblewrap)."""
+
+    name: Literal["retool"] = "retool"
+    n_train: int = Field(5000, ge=1)
+    n_test: int = Field(200, ge=1)
+    tasks_file: Path | None = None
+    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones."""
+    timeout_s: float = Field(5.0, gt=0)
+    """Wall-clock limit of one sandboxed program."""
+    allow_unsafe: bool = False
+    """Run model code without isolation where bubblewrap is missing (never on a shared machine)."""
+    reward: RewardWeightsConfig = RewardWeightsConfig()
+
+
+class SqlEnvConfig(_Frozen):
+    """Questions over a generated SQLite shop database, answered with a read-only ``query`` tool."""
+
+    name: Literal["sql"] = "sql"
+    n_train: int = Field(1000, ge=1)
+    n_test: int = Field(50, ge=1)
+    tasks_file: Path | None = None
+    query_timeout_s: float = Field(1.0, gt=0)
+    max_rows: int = Field(50, ge=1)
+    reward: RewardWeightsConfig = RewardWeightsConfig()
+
+
+EnvConfig = Annotated[CalculatorEnvConfig | RetoolEnvConfig | SqlEnvConfig, Field(discriminator="name")]
 
 
 class SFTConfig(_Frozen):
@@ -234,7 +277,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _kind_note(model: type[BaseModel]) -> str:
-    tags = [f"{name}={f.default!r}" for name, f in model.model_fields.items() if name in ("kind", "mode")]
+    tags = [f"{name}={f.default!r}" for name, f in model.model_fields.items() if name in ("kind", "mode", "name")]
     return ", ".join(tags) or model.__name__
 
 

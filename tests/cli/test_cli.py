@@ -179,3 +179,22 @@ def test_check_env_passes_the_readme_example_and_flags_a_broken_env(tmp_path: Pa
 def test_check_env_bad_targets_are_one_line_errors(target: str) -> None:
     result = runner.invoke(app, ["check-env", target])
     assert result.exit_code == 2 and "Traceback" not in result.output and "error" in result.output
+
+
+@pytest.mark.parametrize("env", ["sql", "retool"])
+def test_other_environments_train_end_to_end(tmp_path: Path, env: str) -> None:
+    if env == "retool":
+        from harmonyrl.sandbox import SandboxUnavailable, check_sandbox
+
+        try:
+            check_sandbox()
+        except SandboxUnavailable as e:
+            pytest.skip(f"bubblewrap cannot run here: {e}")
+    args = ["train", *TINY, f"output_dir={tmp_path}", f"run_name={env}", f"env.name={env}", "env.n_train=32"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / env / "metrics.jsonl").read_text().splitlines()]
+    assert [r["phase"] for r in rows].count("rl") == 2
+    episodes = (tmp_path / env / "rollouts" / "episodes.jsonl").read_text().splitlines()
+    assert len(episodes) == 2 * 2 * 2 and all(json.loads(e)["task_id"].startswith(env) for e in episodes)
+    assert f"name: {env}" in (tmp_path / env / "config.yaml").read_text()

@@ -20,7 +20,9 @@ from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
-from harmonyrl.envs.calculator import CalculatorFactory, expert_demo
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.factory import expert_for
+from harmonyrl.envs.factory import make_factory as make_env_factory
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
@@ -96,9 +98,8 @@ def prepare_run_dir(config: RunConfig) -> Path:
     return run_dir
 
 
-def make_factory(config: RunConfig) -> CalculatorFactory:
-    e = config.env
-    return CalculatorFactory(seed=config.seed, n_train=e.n_train, n_test=e.n_test, tool_timeout_s=e.tool_timeout_s)
+def make_factory(config: RunConfig) -> EnvFactory:
+    return make_env_factory(config.env, config.seed)
 
 
 def load_for(path: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
@@ -139,7 +140,7 @@ def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine,
 
 
 def held_out_eval(
-    config: RunConfig, engine: LocalEngine, factory: CalculatorFactory, tok: HarmonyTokenizer, limits: EpisodeLimits
+    config: RunConfig, engine: LocalEngine, factory: EnvFactory, tok: HarmonyTokenizer, limits: EpisodeLimits
 ) -> Callable[[], Awaitable[dict[str, float]]]:
     """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
     tasks = factory.tasks("test")[: config.eval.n_tasks]
@@ -152,7 +153,7 @@ def held_out_eval(
 async def run_sft(
     model: torch.nn.Module,
     tok: HarmonyTokenizer,
-    factory: CalculatorFactory,
+    factory: EnvFactory,
     config: RunConfig,
     sink: MetricsSink,
     progress: StepProgress,
@@ -161,11 +162,10 @@ async def run_sft(
 ) -> None:
     """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``."""
     cfg = config.sft
+    expert = expert_for(config.env)
     n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
     tasks = factory.tasks("train")[:n_demos]
-    demos = await build_demos(
-        tok, factory, lambda t, r: expert_demo(t, r, p_tool=cfg.p_tool, p_verbose=cfg.p_verbose), tasks, config.seed
-    )
+    demos = await build_demos(tok, factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
