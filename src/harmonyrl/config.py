@@ -196,6 +196,9 @@ class TelemetryConfig(_Frozen):
     """Also log to Weights & Biases in offline mode (no account needed; ``pip install harmonyrl[wandb]``)."""
     record_episodes: bool = True
     """Append every RL step's episodes to ``rollouts/episodes.jsonl`` (readable in the report)."""
+    record_rollouts: bool = True
+    """Store every RL step's episodes token for token in ``rollouts/step_NNNNN.parquet`` (for
+    ``harmonyrl replay`` / ``show``): ids, loss mask, sampler log-probs, rewards, turns, failures."""
 
 
 class RunConfig(_Frozen):

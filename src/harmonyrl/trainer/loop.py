@@ -29,6 +29,7 @@ from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, num_parameters
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
+from harmonyrl.rollout.store import step_path, write_step
 from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import JsonlSink, summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
@@ -282,6 +283,8 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
         if config.telemetry.record_episodes:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", rollout.trajectories, step + 1)
+        if config.telemetry.record_rollouts:
+            write_step(step_path(run_dir, step + 1), step + 1, rollout.trajectories)
         t1 = time.perf_counter()
         metrics |= learner.update(rollout.trajectories)
         if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
