@@ -6,14 +6,19 @@ packages: two test modules with one basename stop pytest's collection of the who
 The fixture run is built in-process the way ``train`` builds one (an SFT checkpoint, a learner on the
 in-memory model, ``save_progress`` after every step, ``checkpoints/final`` at the end), with episodes of
 real tasks whose turns the calculator env can score, but whose token streams are random: the update does
-not care where tokens came from, and this keeps the test at a few seconds.
+not care where tokens came from, and this keeps the test at a few seconds. The last two tests replay and
+re-score a real ``harmonyrl train`` run (recorded by the loop) end to end.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +29,12 @@ from harmonyrl.envs.calculator import calculator, expression_of
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.replay import ReplayError, differing_tensors, replay_step, replay_update, rescore
-from harmonyrl.rollout.store import RolloutFileError, read_step, step_path, write_step
+from harmonyrl.rollout.show import episodes_text
+from harmonyrl.rollout.store import RolloutFileError, list_steps, read_step, step_path, write_step
+from harmonyrl.telemetry.episodes import episode_to_json
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.loop import make_factory, make_model, setup_process
+from harmonyrl.trainer.loop import load_for, make_factory, make_model, rl_start_model, setup_process
 from harmonyrl.trainer.resume import save_progress
 from harmonyrl.types import Failure, Message, Trajectory, Turn
 
@@ -120,8 +127,6 @@ def test_replay_update_on_stored_episodes_is_bit_exact(run: Run) -> None:
     config = load_config(run.path / "config.yaml")
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
-    from harmonyrl.trainer.loop import rl_start_model
-
     start = rl_start_model(config, run.path, tok)
     learner = Learner.create(config.rl, start, tok.special.endoftext, float(config.rollout.max_seq_len), config.seed)
     metrics = replay_update(learner, read_step(step_path(run.path, 1)))
@@ -181,3 +186,65 @@ def test_rescore_gives_the_stored_rewards_back(run: Run) -> None:
         assert len(rows) == len(stored) - 1  # the timed-out episode is skipped
         assert {r.stored_reward for r in rows} == {0.0, 1.0}
         assert all(r.new_reward == r.stored_reward for r in rows)
+
+
+# ---------------------------------------------------------------- a real run of `harmonyrl train`
+
+# A 3-step SFT model scores 0 everywhere and GRPO would skip every group: keep the groups and add an entropy
+# bonus, so that each RL step really changes the weights (else "bit-exact" would be trivially true).
+REAL = [
+    "model.preset=nano",
+    "sft.steps=3",
+    "sft.batch_size=4",
+    "rl.steps=2",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=24",
+    "eval.n_tasks=4",
+    "env.n_train=64",
+    "env.n_test=8",
+    "threads=1",
+    "rl.skip_zero_variance_groups=false",
+    "rl.entropy_coef=0.01",
+]
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("real")
+    cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *REAL, f"output_dir={out}", "run_name=r"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out / "r"
+
+
+def _as_recorded(value: float) -> object:
+    return value if math.isfinite(value) else str(value)  # metrics.jsonl writes non-finite floats as strings
+
+
+def test_a_real_run_replays_bit_exactly(real_run: Path, tmp_path: Path) -> None:
+    assert list_steps(real_run) == [1, 2]
+    lines = (real_run / "rollouts" / "episodes.jsonl").read_text().splitlines()
+    stored = [episode_to_json(t, s) for s in (1, 2) for t in read_step(step_path(real_run, s))]
+    assert [json.loads(line) for line in lines] == json.loads(json.dumps(stored))  # same episodes, same order
+    rl = {r["step"]: r for r in map(json.loads, (real_run / "metrics.jsonl").read_text().splitlines())
+          if r["phase"] == "rl"}  # fmt: skip
+    first = replay_step(real_run, 1, save_to=tmp_path / "after_1")  # from checkpoints/sft, fresh learner
+    assert first.identical is None and first.metrics["train/skipped"] == 0.0
+    assert {k: rl[1][k] for k in first.metrics} == {k: _as_recorded(v) for k, v in first.metrics.items()}
+    last = replay_step(real_run, 2, checkpoint=tmp_path / "after_1")
+    assert last.compared_with == real_run / "checkpoints" / "final"
+    assert last.identical is True
+    assert {k: rl[2][k] for k in last.metrics} == {k: _as_recorded(v) for k, v in last.metrics.items()}
+    sft = load_for(real_run / "checkpoints" / "sft", HarmonyTokenizer.load_default()).state_dict()
+    assert differing_tensors(sft, last.state_dict)  # the replayed steps did move the weights
+
+
+def test_a_real_run_rescores_and_shows(real_run: Path) -> None:
+    for step in (1, 2):
+        episodes = read_step(step_path(real_run, step))
+        rows = rescore(real_run, step)
+        assert len(rows) == sum(t.failure is None for t in episodes)
+        assert all(r.new_reward == r.stored_reward for r in rows)
+    text = episodes_text(read_step(step_path(real_run, 2)), limit=2, step=2)
+    assert "step 2: 2 of 4 episodes" in text and "turn 1" in text and "reward " in text
