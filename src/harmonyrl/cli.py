@@ -94,10 +94,22 @@ def evaluate(
 
     try:
         metrics = asyncio.run(eval_only(cfg, checkpoint, console))
-    except CheckpointError as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     import json
 
+    from rich.table import Table
+
+    table = Table(title=f"held-out evaluation of {checkpoint}")
+    for col in ("metric", f"sampled (T={cfg.eval.temperature:g})", "greedy"):
+        table.add_column(col, justify="right")
+    for name in sorted({k.split("/", 1)[1] for k in metrics if k.startswith(("eval/", "eval_greedy/"))}):
+        cells = [metrics.get(f"{side}/{name}") for side in ("eval", "eval_greedy")]
+        table.add_row(name, *("" if v is None else f"{v:.4g}" for v in cells))
+    console.print(table)
+    failures = {k: v for k, v in metrics.items() if k.startswith("env/")}
+    if failures:
+        console.print("environment failures: " + ", ".join(f"{k[4:]}={v:g}" for k, v in failures.items()))
     console.print_json(json.dumps(metrics))
 
 
