@@ -163,6 +163,54 @@ def check_env_cmd(
 
 
 @app.command()
+def replay(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts (rollouts/step_*.parquet).")],
+    step: Annotated[int, typer.Option(min=1, help="The RL step to re-run from its stored episodes.")],
+    checkpoint: Annotated[Path | None, typer.Option(help="State saved at RL step N-1 (not needed for step 1).")] = None,
+    save: Annotated[Path | None, typer.Option(help="Write the replayed state here (to chain replays).")] = None,
+    rescore: Annotated[bool, typer.Option(help="Also re-score the stored episodes through the environment.")] = False,
+) -> None:
+    """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
+    from harmonyrl.rollout import replay as rp
+
+    try:
+        result = rp.replay_step(run_dir, step, checkpoint, save)
+        rows = rp.rescore(run_dir, step) if rescore else []
+    except (*USER_ERRORS, ConfigError, ValueError) as e:
+        raise _fail(str(e)) from None
+    console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
+    if result.identical is None:
+        console.print("no checkpoint of this run is at this step: nothing to compare (use --save to chain)")
+    else:
+        verdict = "[green]bit-identical[/]" if result.identical else f"[red]differs[/] in {', '.join(result.differing)}"
+        console.print(f"replayed step {step} vs {result.compared_with}: {verdict}")
+    if rescore:
+        changed = [r for r in rows if r.stored_reward != r.new_reward]
+        console.print(f"re-scored {len(rows)} episodes: {len(changed)} rewards differ from the stored ones")
+        for r in changed[:10]:
+            console.print(f"  {r.task_id}: stored {r.stored_reward:g} → now {r.new_reward:g}")
+    if result.identical is False:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts.")],
+    step: Annotated[int, typer.Option(min=1, help="RL step whose episodes to print.")],
+    limit: Annotated[int, typer.Option(min=1, help="Episodes to print.")] = 8,
+) -> None:
+    """Print one step's episodes in readable harmony form: turns, channels, tool calls and results, reward."""
+    from harmonyrl.rollout.show import format_episodes
+    from harmonyrl.rollout.store import RolloutFileError, read_step, step_path
+
+    try:
+        trajectories = read_step(step_path(run_dir, step))
+    except RolloutFileError as e:
+        raise _fail(str(e)) from None
+    console.print(format_episodes(trajectories, limit, step))
+
+
+@app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (holds metrics.jsonl).")],
     episodes: Annotated[int, typer.Option(help="Sample episodes to render.")] = 8,

@@ -198,3 +198,23 @@ def test_other_environments_train_end_to_end(tmp_path: Path, env: str) -> None:
     episodes = (tmp_path / env / "rollouts" / "episodes.jsonl").read_text().splitlines()
     assert len(episodes) == 2 * 2 * 2 and all(json.loads(e)["task_id"].startswith(env) for e in episodes)
     assert f"name: {env}" in (tmp_path / env / "config.yaml").read_text()
+
+
+def test_replay_and_show_on_a_recorded_run(tmp_path: Path) -> None:
+    # an entropy bonus makes both steps real updates even when every early reward is 0
+    args = ["train", *TINY, f"output_dir={tmp_path}", "run_name=rec", "rl.entropy_coef=0.01",
+            "rl.skip_zero_variance_groups=false"]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    run = tmp_path / "rec"
+    step1 = runner.invoke(app, ["replay", str(run), "--step", "1", "--save", str(tmp_path / "after1")])
+    assert step1.exit_code == 0, step1.output
+    step2 = runner.invoke(
+        app, ["replay", str(run), "--step", "2", "--checkpoint", str(tmp_path / "after1"), "--rescore"]
+    )
+    assert step2.exit_code == 0 and "bit-identical" in step2.output, step2.output
+    shown = runner.invoke(app, ["show", str(run), "--step", "2", "--limit", "2"])
+    assert shown.exit_code == 0 and "reward" in shown.output.lower()
+    missing = runner.invoke(app, ["show", str(run), "--step", "9"])
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
+    wrong = runner.invoke(app, ["replay", str(run), "--step", "2"])  # needs the state after step 1
+    assert wrong.exit_code == 2 and "step 1" in wrong.output
