@@ -3,9 +3,10 @@
     python benchmarks/resume.py [--kills 10] [--seed 0] [key=value ...]
 
 A small configuration (nano model, short SFT and RL) runs once uninterrupted. A second run of the same
-configuration is killed at ``--kills`` random moments (uniform over the uninterrupted run's duration, so
-kills land in SFT, evaluation, rollouts and updates alike) and resumed with ``harmonyrl train --resume``
-after each kill, until it finishes. ``lost_steps`` counts completed steps (SFT or RL rows in
+configuration is killed with SIGKILL ``--kills`` times — each time at a random point of progress (after a
+random number of completed SFT/RL steps, plus a random fraction of a second, so kills land inside SFT steps,
+evaluations, rollouts and updates alike) — and resumed with ``harmonyrl train --resume`` after each kill,
+until it finishes. ``lost_steps`` counts completed steps (SFT or RL rows in
 metrics.jsonl) that a resume had to redo beyond the one in flight; ``identical`` compares metrics (timings
 excluded) and recorded episodes byte for byte. SFT checkpoints every step here (``sft.checkpoint_every=1``;
 RL always does), so no completed step is redone. Last line: ``RESULT kills=… lost_steps=… identical=…``.
@@ -78,30 +79,29 @@ def main() -> None:
     print(f"uninterrupted run: {duration:.1f} s")
 
     rng = random.Random(args.seed)
+    total = _completed(out / "whole")
+    # kill points: random progress marks (completed SFT/RL rows) in increasing order, each followed by a
+    # random extra delay, so kills land inside SFT steps, evaluations, rollouts and updates alike
+    marks = sorted(rng.sample(range(1, total), args.kills))
     run = out / "killed"
-    kills, lost, attempt = 0, 0, 0
+    kills, lost = 0, 0
     cmd = _cli("train", *config, "run_name=killed")
-    while True:
+    for mark in marks:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if kills < args.kills:
-            delay = rng.uniform(0.3, duration)
-            try:
-                proc.wait(timeout=delay)
-            except subprocess.TimeoutExpired:
-                before = _completed(run)
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                resumed_from = _completed_after_rewind(run)
-                lost += max(0, before - resumed_from - 1)  # the row of the step in flight may be redone
-                print(f"kill {kills}: after {delay:.1f} s, {before} steps done, resumable at {resumed_from}")
-        proc.wait()
-        attempt += 1
-        if (run / "summary.json").is_file():
+        while _completed(run) < mark and proc.poll() is None:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.3))
+        if proc.poll() is not None:
             break
+        before = _completed(run)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        resumed_from = _completed_after_rewind(run)
+        lost += max(0, before - resumed_from - 1)  # the row of the step in flight may be redone
+        print(f"kill {kills}: at {before}/{total} steps done, resumable at {resumed_from}")
         cmd = _cli("train", "--resume", str(run))
-        if attempt > args.kills + 5:
-            raise SystemExit("the killed run never finished")
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
     identical = _rows(run) == _rows(out / "whole")
     episodes = [(p / "rollouts" / "episodes.jsonl").read_bytes() for p in (run, out / "whole")]
     identical = identical and episodes[0] == episodes[1]
