@@ -91,7 +91,7 @@ def soft_q_update(
         state.alpha_optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         for mb in micro_batches(batch, MICRO_BATCH):
-            scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head, keep_logits=True)
+            scored = score(model, mb.input_ids, mb.attention_mask, value_head=_Detached(value_head), keep_logits=True)
             assert scored.logits is not None and scored.values is not None
             log_pi = torch.log_softmax(scored.logits.float(), dim=-1)
             q = alpha * log_pi + scored.values[..., None]  # [b, t, V]: soft Q of every token
@@ -137,6 +137,20 @@ def soft_q_update(
         "train/grad_norm": max(norms) if norms else 0.0,
         "train/episodes": float(len(fresh)),
     }
+
+
+class _Detached(torch.nn.Module):
+    """The value head on *detached* trunk features. The TD error reaches the trunk through V with weight 1
+    but through α·log π only with weight α, so a shared-trunk V let value regression overwrite the language
+    model (measured: held-out 32 % → 0 % with parse errors at 100 % within 16 steps, even at α = 0.005).
+    Detached, the trunk learns only from the policy term; the head fits V on its own."""
+
+    def __init__(self, head: torch.nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden.detach())
 
 
 def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
