@@ -101,8 +101,11 @@ def test_entropy_guard_trips_on_a_peaked_policy() -> None:
 
 def test_kl_guard_uses_the_live_kl_to_the_reference() -> None:
     learner = _learner(ALGORITHMS["grpo"], guards={"max_kl": 1e-12}, epochs=3)
+    before = _params(learner.model)
     metrics = learner.update(_episodes())  # the 2nd epoch already differs from the reference
     assert metrics["guard/skipped"] == 1.0 and metrics["guard/trip_kl"] == 1.0
+    # the 1st epoch's update was applied before the trip: the snapshot must undo it
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.model), strict=True))
 
 
 def test_soft_q_replays_old_episodes_and_tunes_alpha() -> None:

@@ -1,9 +1,11 @@
 """Stability guards: detect an exploding or broken update and roll the whole RL step back.
 
-An RL step may take several optimizer steps (epochs × minibatches). A guard that trips on any of them —
-a non-finite loss or gradient, a gradient norm, KL to the reference or an entropy out of bounds — restores
-the model, critic and optimizer to their state before the step, so the bad update is never applied, never
-checkpointed and never sent to the engine. The snapshot costs one copy of the weights and optimizer state.
+An RL step may take several optimizer steps (epochs × minibatches). Each is checked *before* it is applied —
+a non-finite loss or gradient, a gradient norm, KL to the reference or an entropy out of bounds — so a trip
+on the first (or only) one needs no undo. When a later one trips, the model, critic and optimizer are
+restored to their state before the RL step, so a bad update is never applied, never checkpointed and never
+sent to the engine. That snapshot (one copy of weights and optimizer state) is only taken when the step
+plans more than one optimizer step.
 """
 
 from __future__ import annotations

@@ -172,7 +172,9 @@ def rl_update(
     constant of ``seq-mean-token-sum-norm`` (the episode token budget).
     """
     batch = prepared.batch
-    snapshot = take_snapshot(model, value_head, optimizer)
+    # a guard checks each optimizer step before it is applied; only a later step's trip must undo earlier ones
+    planned = cfg.epochs * min(cfg.minibatches, batch.size)
+    snapshot = take_snapshot(model, value_head, optimizer) if planned > 1 else None
     model.eval()  # no dropout: old and new log-probs must come from the same function
     critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
     trainer_old, old_values = _no_grad_pass(model, batch, critic)
@@ -207,7 +209,7 @@ def rl_update(
             total = _units(m[idx], cfg.aggregation).clamp(min=1.0)
             optimizer.zero_grad(set_to_none=True)
             sub = batch.select(idx)
-            row, dev, step_loss, kl_live = 0, 0.0, 0.0, 0.0
+            row, dev, step_loss, kl_live, step_entropy = 0, 0.0, 0.0, 0.0, 0.0
             for mb in micro_batches(sub, MICRO_BATCH):
                 w = mb.loss_mask.shape[1]
                 rows = idx[row : row + mb.size]
@@ -236,7 +238,7 @@ def rl_update(
                     if needs_ref:
                         kl_now = kl_estimate(scored.logprobs, ref_logp[rows, :w], "k3")
                         kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
-                    sums["entropy"] += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
+                    step_entropy += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
                 sums["clip"] += float(out.clip_fraction) * float(share)
                 dev = max(dev, float(out.ratio_max_dev))
                 row += mb.size
@@ -246,9 +248,10 @@ def rl_update(
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             norms.append(grad_norm)
             sums["loss"] += step_loss
+            sums["entropy"] += step_entropy
             sums["kl_live"] = max(sums["kl_live"], kl_live)
             tripped = trip_reason(cfg.guards, loss=step_loss, grad_norm=grad_norm,
-                                  kl=kl_live if needs_ref else None, entropy=None)  # fmt: skip
+                                  kl=kl_live if needs_ref else None, entropy=step_entropy)  # fmt: skip
             if tripped is not None:
                 break
             optimizer.step()
@@ -256,10 +259,9 @@ def rl_update(
             break
     steps = max(1, len(norms))
     mean_entropy = sums["entropy"] / steps
-    if tripped is None:
-        tripped = trip_reason(cfg.guards, loss=0.0, grad_norm=0.0, entropy=mean_entropy)
     if tripped is not None:
-        restore(snapshot, model, value_head, optimizer)
+        if snapshot is not None:
+            restore(snapshot, model, value_head, optimizer)
         metrics[f"guard/trip_{tripped}"] = 1.0
     metrics.update(
         {

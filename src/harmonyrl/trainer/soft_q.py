@@ -79,7 +79,8 @@ def soft_q_update(
         metrics |= mismatch_metrics(logp, new.sampler_logprobs, new.loss_mask)
     if not len(state.replay):
         return metrics | {"train/skipped": 1.0}
-    snapshot = take_snapshot(model, value_head, optimizer)
+    # guards check each update before it is applied; only a later update's trip must undo earlier ones
+    snapshot = take_snapshot(model, value_head, optimizer) if sq.updates_per_step > 1 else None
     sums = {"loss": 0.0, "td": 0.0, "q": 0.0, "target": 0.0, "entropy": 0.0}
     norms, tripped = [], None
     model.eval()
@@ -89,7 +90,7 @@ def soft_q_update(
         total = batch.loss_mask.sum().clamp(min=1.0)
         optimizer.zero_grad(set_to_none=True)
         state.alpha_optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss, step_entropy = 0.0, 0.0
         for mb in micro_batches(batch, MICRO_BATCH):
             scored = score(model, mb.input_ids, mb.attention_mask, value_head=_Detached(value_head), keep_logits=True)
             assert scored.logits is not None and scored.values is not None
@@ -108,22 +109,22 @@ def soft_q_update(
             step_loss += float(out.loss.detach()) * float(share)
             for key, value in (("td", out.td_error_abs_mean), ("q", out.q_mean), ("target", out.target_mean)):
                 sums[key] += float(value) * float(share)
-            sums["entropy"] += float(masked_token_mean(entropy, mb.loss_mask)) * float(share)
+            step_entropy += float(masked_token_mean(entropy, mb.loss_mask)) * float(share)
         params = [p for g in optimizer.param_groups for p in g["params"]]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         norms.append(grad_norm)
         sums["loss"] += step_loss
-        tripped = trip_reason(cfg.guards, loss=step_loss, grad_norm=grad_norm)
+        sums["entropy"] += step_entropy
+        tripped = trip_reason(cfg.guards, loss=step_loss, grad_norm=grad_norm, entropy=step_entropy)
         if tripped is not None:
             break
         optimizer.step()
         if sq.target_entropy is not None:
             state.alpha_optimizer.step()
     n = max(1, len(norms))
-    if tripped is None:
-        tripped = trip_reason(cfg.guards, loss=0.0, grad_norm=0.0, entropy=sums["entropy"] / n)
     if tripped is not None:
-        restore(snapshot, model, value_head, optimizer)
+        if snapshot is not None:
+            restore(snapshot, model, value_head, optimizer)
         metrics[f"guard/trip_{tripped}"] = 1.0
     return metrics | {
         "train/skipped": 0.0,
