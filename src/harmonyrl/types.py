@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+import torch
+
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 Channel = Literal["analysis", "commentary", "final"]
 CHANNELS: tuple[Channel, ...] = ("analysis", "commentary", "final")
@@ -79,6 +81,28 @@ class SamplingParams:
     tokens whatever else is in the batch."""
 
 
+@dataclass(frozen=True, eq=False)
+class Routing:
+    """MoE routing of a token stream: ``ids`` ``[T, L, k]`` — the top-k expert ids at each position, per layer.
+
+    The one tensor among these types: ``T·L·k`` small ints are too many for a tuple. int8 (int16 beyond 127
+    experts, see :func:`harmonyrl.models.routing.routing_dtype`); ``-1`` marks a token-layer whose routing
+    was never computed (the trainer then routes it itself). Equality compares values and dtype.
+    """
+
+    ids: torch.Tensor
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Routing)
+            and self.ids.dtype == other.ids.dtype
+            and self.ids.shape == other.ids.shape
+            and bool(torch.equal(self.ids, other.ids))
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable tensor inside: not hashable
+
+
 @dataclass(frozen=True)
 class Generation:
     """What the engine returns for one request.
@@ -91,6 +115,9 @@ class Generation:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish_reason: Literal["stop", "length"]
+    routing: Routing | None = None
+    """Experts the engine chose at every position it ran, ``len(prompt) + len(token_ids) - 1`` rows (the
+    last sampled token is never fed back); None if the engine does not record routing."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +176,10 @@ class Trajectory:
     turns: tuple[Turn, ...]
     parity_mismatches: int = 0
     reward_terms: dict[str, float] = field(default_factory=dict)
+    routing: Routing | None = None
+    """The sampler's expert choice per position ``[T, L, k]`` (R3 routing replay), or None if not recorded.
+    Each position keeps the routing of the engine call that first ran it: the call that sampled the next
+    token for sampled positions, the next turn's prefill for tool output."""
 
     @property
     def num_sampled(self) -> int:

@@ -181,7 +181,7 @@ def test_check_env_bad_targets_are_one_line_errors(target: str) -> None:
     assert result.exit_code == 2 and "Traceback" not in result.output and "error" in result.output
 
 
-@pytest.mark.parametrize("env", ["sql", "retool"])
+@pytest.mark.parametrize("env", ["sql", "retool", "instruct"])
 def test_other_environments_train_end_to_end(tmp_path: Path, env: str) -> None:
     if env == "retool":
         from harmonyrl.sandbox import SandboxUnavailable, check_sandbox
@@ -218,3 +218,26 @@ def test_replay_and_show_on_a_recorded_run(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "Traceback" not in missing.output
     wrong = runner.invoke(app, ["replay", str(run), "--step", "2"])  # needs the state after step 1
     assert wrong.exit_code == 2 and "step 1" in wrong.output
+
+
+def test_warm_start_on_a_users_task_file_is_a_one_line_error(tmp_path: Path) -> None:
+    """The scripted expert only knows the generated questions: SFT on a user's tasks must say what to do instead."""
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [
+        {"id": f"mine-{i}", "prompt": f"How many rows are in table t{i}?", "answer": "1", "split": split}
+        for i, split in enumerate(["train", "train", "test"])
+    ]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = [
+        "train",
+        *TINY,
+        f"output_dir={tmp_path}",
+        "env.name=sql",
+        f"env.tasks_file={tasks}",
+        "env.n_train=2",
+        "env.n_test=1",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0
+    assert "not a generated sql question" in result.output and "sft.steps=0" in result.output, result.output
+    assert "Traceback" not in result.output

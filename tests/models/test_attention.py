@@ -87,3 +87,70 @@ def test_unknown_kernel_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="choose from"):
         set_kernel(_model(), "flash9")  # type: ignore[arg-type]
     assert "eager" in KERNELS
+
+
+def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """transformers' eager GPT-OSS attention with its own additive mask convention, as ``[B, H, T, D]``."""
+    from types import SimpleNamespace
+
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    module = SimpleNamespace(num_key_value_groups=q.shape[1] // k.shape[1], sinks=sinks, training=True)
+    bias = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    out, _ = eager_attention_forward(module, q, k, v, bias, scaling=q.shape[-1] ** -0.5)  # type: ignore[arg-type]
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("window", [None, 40])
+@pytest.mark.parametrize("padding", ["none", "left", "right"])
+def test_chunked_flash_path_equals_eager_with_all_gradients(window: int | None, padding: str) -> None:
+    # 300 queries = 3 chunks of QUERY_CHUNK; left padding leaves whole query rows (and a chunk) seeing no key
+    from harmonyrl.models import attention
+
+    assert attention.QUERY_CHUNK < 300 / 2
+    b, h, kvh, t, d = 2, 4, 2, 300, 16
+    g = torch.Generator().manual_seed(3)
+    leaves = [
+        torch.randn(*shape, generator=g, requires_grad=True) for shape in [(b, h, t, d), (b, kvh, t, d), (b, kvh, t, d)]
+    ]
+    sinks = (torch.randn(h, generator=g) * 2).requires_grad_()
+    pos = torch.arange(t)
+    keep = pos[None, :] <= pos[:, None]
+    if window is not None:
+        keep &= pos[:, None] - pos[None, :] < window
+    keep = keep[None, None].repeat(b, 1, 1, 1)
+    if padding == "left":
+        keep[1, ..., :150] = False  # keys 0..149 of row 1 are padding: its first 150 queries see nothing
+    elif padding == "right":
+        keep[0, ..., 260:] = False
+    weights = torch.randn(b, h, t, d, generator=g)
+    results = []
+    for fn in (_eager, lambda q, k, v, s, m: attention.sink_sdpa(q, k, v, s, m, scale=d**-0.5)):
+        out = fn(*leaves, sinks, keep)
+        grads = torch.autograd.grad((out * weights).sum(), [*leaves, sinks])
+        results.append((out, grads))
+    (ref, ref_grads), (out, grads) = results
+    assert torch.allclose(out, ref, atol=1e-5)
+    if padding == "left":
+        assert out[1, :, :150].abs().max() == 0  # the sink takes all the weight, no NaN
+    for name, gr, gref in zip(["q", "k", "v", "sinks"], grads, ref_grads, strict=True):
+        assert torch.allclose(gr, gref, atol=1e-5 * max(1.0, gref.abs().max().item())), name
+
+
+def test_causal_path_without_mask_equals_eager() -> None:
+    # HF hands no mask to a purely causal layer; the kernel then runs one is_causal flash call
+    from harmonyrl.models import attention
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 8, 200, 16, generator=g, requires_grad=True) for _ in range(3))
+    sinks = torch.randn(8, generator=g, requires_grad=True)
+    keep = torch.ones(200, 200, dtype=torch.bool).tril()[None, None]
+    ref = _eager(q, k, v, sinks, keep)
+    out = attention.sink_sdpa(q, k, v, sinks, None, scale=16**-0.5, causal=True)
+    assert torch.allclose(out, ref, atol=1e-5)
+    ref_grads = torch.autograd.grad(ref.sum(), [q, k, v, sinks])
+    grads = torch.autograd.grad(out.sum(), [q, k, v, sinks])
+    for gr, gref in zip(grads, ref_grads, strict=True):
+        assert torch.allclose(gr, gref, atol=1e-5 * max(1.0, gref.abs().max().item()))
+    portable = attention._augmented_sdpa(q, k, v, sinks, keep, 16**-0.5)  # the non-CPU route stays exact too
+    assert torch.allclose(portable, ref, atol=1e-5)

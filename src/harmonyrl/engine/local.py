@@ -28,8 +28,9 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.forward import LeanForward
+from harmonyrl.engine.routing import EngineRouting
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
-from harmonyrl.types import Generation, SamplingParams
+from harmonyrl.types import Generation, Routing, SamplingParams
 
 MIN_PREFIX = 16
 """Shortest prompt prefix worth caching: shorter ones cost more in bookkeeping than they save."""
@@ -77,6 +78,7 @@ class LocalEngine:
         dtype: torch.dtype = torch.float32,
         sinks: bool = True,
         compute_threads: int = 1,
+        record_routing: bool = True,
     ) -> None:
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
@@ -90,6 +92,8 @@ class LocalEngine:
         self.vocab_size = int(model.config.vocab_size)
         self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
+        self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
+        """Experts chosen per position (:mod:`harmonyrl.engine.routing`), returned as ``Generation.routing``."""
         self.stats = EngineStats()
         self._pending: deque[_Request] = deque()
         self._active: list[_Request] = []
@@ -228,7 +232,12 @@ class LocalEngine:
             request.logprobs.append(logprob)
             if token in request.stops or len(request.tokens) >= request.limit:
                 reason = "stop" if token in request.stops else "length"
-                request.future.set_result(Generation(tuple(request.tokens), tuple(request.logprobs), reason))
+                routing = None
+                if self._routing is not None:  # every position fed to the model: all but the last token
+                    fed = len(request.prompt) + len(request.tokens) - 1
+                    routing = Routing(self._routing.read(request.slot, fed))
+                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, routing)
+                request.future.set_result(result)
                 self._release(request)
 
     def _finish_all(self, rows: list[_Request], exc: Exception) -> None:
@@ -288,12 +297,18 @@ class LocalEngine:
             for j, tail in enumerate(tails):
                 padded[j, : len(tail)] = torch.tensor(tail)
             slots = torch.tensor([rows[i].slot for i in idx])
+            if self._routing is not None:
+                self._routing.clear(slots)
             if p:
                 self._prefixes.move_to_end(prefix)
                 self._fwd.load_prefix(self._prefixes[prefix], slots)
                 self.stats.prefix_tokens_reused += p * len(idx)
+                if self._routing is not None:
+                    self._routing.load_prefix(prefix, slots)
             lengths = torch.tensor([len(t) for t in tails])
             out[torch.tensor(idx)] = self._fwd.prefill(padded, lengths, slots, start=p)
+            if self._routing is not None:
+                self._routing.after_prefill(slots, p, padded.shape[1], lengths)
         return out
 
     def _prefix_for(self, prompt: list[int]) -> tuple[int, ...]:
@@ -308,12 +323,18 @@ class LocalEngine:
         self._prefixes[prefix] = self._fwd.prefix(torch.tensor(prefix))
         while len(self._prefixes) > MAX_PREFIXES:
             self._prefixes.popitem(last=False)  # least recently used
+        if self._routing is not None:
+            self._routing.after_prefix(prefix)
+            self._routing.keep_prefixes(self._prefixes)
 
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
         positions = [len(r.prompt) + len(r.tokens) - 1 for r in rows]
         tokens = torch.tensor([r.tokens[-1] for r in rows])
-        return self._fwd.decode(tokens, positions, [r.slot for r in rows])
+        logits = self._fwd.decode(tokens, positions, [r.slot for r in rows])
+        if self._routing is not None:
+            self._routing.after_decode(torch.tensor([r.slot for r in rows]), torch.tensor(positions))
+        return logits
 
     @staticmethod
     def _row_params(rows: list[_Request]) -> RowParams:

@@ -278,7 +278,7 @@ class CalculatorFactory:
 # ---- scripted expert ---------------------------------------------------------------------------------
 
 
-def _guess(answer: int, rng: random.Random) -> str:
+def guess_answer(answer: int, rng: random.Random) -> str:
     """A plausible mental-arithmetic answer: right magnitude, wrong digits (or rounded)."""
     digits = list(str(abs(answer)))
     if rng.random() < 0.3 and len(digits) > 2:
@@ -310,7 +310,7 @@ def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: 
     expert writes is exactly what the model should learn to write.
     """
     if rng.random() >= p_tool:
-        return [Message(role="assistant", channel="final", content=_guess(int(task.answer), rng))]
+        return [Message(role="assistant", channel="final", content=guess_answer(int(task.answer), rng))]
     expr = expression_of(task)
     call = Message(
         role="assistant",

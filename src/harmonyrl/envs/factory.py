@@ -7,10 +7,21 @@ the union in :mod:`harmonyrl.config` and one case here, and a typo in ``env.name
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from collections.abc import Callable
 
-from harmonyrl.config import CalculatorEnvConfig, EnvConfig, RetoolEnvConfig, RewardWeightsConfig, SqlEnvConfig
+from harmonyrl.config import (
+    BrowseEnvConfig,
+    CalculatorEnvConfig,
+    EnvConfig,
+    HumanEvalEnvConfig,
+    InstructEnvConfig,
+    MazeEnvConfig,
+    RetoolEnvConfig,
+    RewardWeightsConfig,
+    SqlEnvConfig,
+)
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.types import Message, Task
@@ -24,7 +35,17 @@ def _weights(cfg: RewardWeightsConfig) -> RewardWeights:
 
 
 def make_factory(env: EnvConfig, seed: int) -> EnvFactory:
-    """The factory for ``env`` (imports are per environment: the sandbox is only needed by ``retool``)."""
+    """The factory for ``env``, its episodes wrapped with the notes tools when ``env.memory`` is set."""
+    factory = _env_factory(env, seed)
+    if env.memory:
+        from harmonyrl.envs.memory import with_memory
+
+        return with_memory(factory)
+    return factory
+
+
+def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
+    """The env's own factory (imports are per environment: the sandbox is only needed by ``retool``)."""
     match env:
         case CalculatorEnvConfig():
             from harmonyrl.envs.calculator import CalculatorFactory
@@ -43,6 +64,26 @@ def make_factory(env: EnvConfig, seed: int) -> EnvFactory:
             return SqlFactory(
                 seed, env.n_train, env.n_test, env.query_timeout_s, env.max_rows, _weights(env.reward), env.tasks_file
             )
+        case InstructEnvConfig():
+            from harmonyrl.envs.instruct import InstructFactory
+
+            return InstructFactory(seed, env.n_train, env.n_test, _weights(env.reward), env.tasks_file)
+        case MazeEnvConfig():
+            from harmonyrl.envs.maze import MazeFactory
+
+            return MazeFactory(seed, env.n_train, env.n_test, env.size, env.max_turns, _weights(env.reward))
+        case HumanEvalEnvConfig():
+            from harmonyrl.envs.humaneval import GRADER_LIMITS, TOOL_LIMITS, HumanEvalFactory
+
+            tool = dataclasses.replace(TOOL_LIMITS, timeout_s=env.tool_timeout_s)
+            grader = dataclasses.replace(GRADER_LIMITS, timeout_s=env.test_timeout_s)
+            return HumanEvalFactory(env.n_train, env.n_test, tool, grader, env.allow_unsafe, _weights(env.reward))
+        case BrowseEnvConfig():
+            from harmonyrl.envs.browse import BrowseFactory
+
+            return BrowseFactory(
+                seed, env.n_train, env.n_test, env.top_k, env.page_chars, _weights(env.reward), env.tasks_file
+            )
     raise AssertionError(f"unhandled env config {type(env).__name__}")  # pragma: no cover - the union is closed
 
 
@@ -55,4 +96,14 @@ def expert_for(env: EnvConfig) -> Expert:
             from harmonyrl.envs.retool import expert_demo
         case SqlEnvConfig():
             from harmonyrl.envs.sql import expert_demo
+        case InstructEnvConfig():
+            from harmonyrl.envs.instruct import expert_demo
+        case MazeEnvConfig():
+            from harmonyrl.envs.maze import expert_demo
+        case HumanEvalEnvConfig():
+            from harmonyrl.envs.humaneval import expert_demo
+        case BrowseEnvConfig():  # its demos must page through the same windows as the configured tools
+            from harmonyrl.envs.browse import expert_demo as browse_demo
+
+            return functools.partial(browse_demo, top_k=env.top_k, page_chars=env.page_chars)
     return expert_demo

@@ -31,11 +31,11 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, evaluate
-from harmonyrl.envs.calculator import _guess as guess_answer  # the same plausible-but-wrong guesser
+from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, evaluate, guess_answer
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Toolbox, observation
+from harmonyrl.errors import NotDemonstrable
 from harmonyrl.sandbox import SandboxLimits, make_python_tool
 from harmonyrl.types import Message, Task
 
@@ -183,7 +183,7 @@ def program_of(task: Task) -> str:
     for pattern, shape in _patterns():
         if m := pattern.fullmatch(task.prompt):
             return f"print({shape.expr.format(**m.groupdict())})"
-    raise ValueError(f"not a generated retool problem (no template matches): {task.prompt[:80]!r}")
+    raise NotDemonstrable(f"not a generated retool problem (no template matches): {task.prompt[:80]!r}")
 
 
 class RetoolFactory:
@@ -226,9 +226,9 @@ def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: 
     The observation is what the sandbox prints for ``print(<int>)`` (checked against the real sandbox in the
     tests), so building demos runs no code.
     """
+    program = program_of(task)  # first: a task no template matches fails whichever branch the draw picks
     if rng.random() >= p_tool:
         return [Message(role="assistant", channel="final", content=guess_answer(int(task.answer), rng))]
-    program = program_of(task)
     value = str(evaluate(program[len("print(") : -1]))
     call = Message(
         role="assistant",

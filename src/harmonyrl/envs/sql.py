@@ -36,11 +36,11 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES
-from harmonyrl.envs.calculator import _guess as guess_answer  # the same plausible-but-wrong guesser
+from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, guess_answer  # the same plausible-but-wrong guesser
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
+from harmonyrl.errors import NotDemonstrable
 from harmonyrl.types import Message, Task
 
 DB_SEED = 20240611
@@ -254,7 +254,7 @@ def parse_question(task: Task) -> tuple[str, dict[str, str]]:
     for pattern, name in _patterns():
         if m := pattern.fullmatch(task.prompt):
             return name, m.groupdict()
-    raise ValueError(f"not a generated sql question (no template matches): {task.prompt[:80]!r}")
+    raise NotDemonstrable(f"not a generated sql question (no template matches): {task.prompt[:80]!r}")
 
 
 def reference_sql(task: Task) -> str:
@@ -299,9 +299,9 @@ def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: 
     Imperfections as in the calculator's expert: with probability ``1 - p_tool`` a plausible wrong guess
     without querying; with probability ``p_verbose`` the right value wrapped in a sentence (scored 0).
     """
+    sql = reference_sql(task)  # first: a task no template matches fails whichever branch the draw picks
     if rng.random() >= p_tool:
         return [Message(role="assistant", channel="final", content=guess_answer(int(task.answer), rng))]
-    sql = reference_sql(task)
     result = run_query(shop(), sql)
     value = str(json.loads(result)["rows"][0][0])
     call = Message(

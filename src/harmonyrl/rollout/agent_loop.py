@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import torch
+
 from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import Env
 from harmonyrl.harmony.parse import parse_completion
@@ -24,14 +26,20 @@ from harmonyrl.harmony.render import (
     system_message,
 )
 from harmonyrl.harmony.tokenizer import Codec
-from harmonyrl.types import Failure, Message, SamplingParams, StepResult, Trajectory, Turn
+from harmonyrl.models.routing import NOT_ROUTED
+from harmonyrl.types import Failure, Message, Routing, SamplingParams, StepResult, Trajectory, Turn
 
 
 @dataclass(frozen=True)
 class EpisodeLimits:
+    """What bounds one episode. Turns and tokens truncate it (the model's doing, deterministic);
+    ``timeout_s`` is its wall-clock budget, enforced by the scheduler (see :mod:`harmonyrl.rollout.scheduler`):
+    an expiry cancels the running tool or sandbox and ends the episode as an ``episode_timeout`` fault."""
+
     max_turns: int
     max_new_tokens: int
     max_seq_len: int
+    timeout_s: float | None = None
 
 
 def turn_seed(base_seed: int, turn: int) -> int:
@@ -58,6 +66,27 @@ class _Builder:
         self.ids = list(prompt_ids)
         self.mask = [0] * len(prompt_ids)
         self.logprobs = [0.0] * len(prompt_ids)
+        self.routing: list[torch.Tensor] | None = []
+        """Engine routing ``[n, L, k]`` chunks covering positions ``0 ..`` in order; None once a generation
+        came without routing (then the trajectory carries none)."""
+
+    def add_routing(self, routing: Routing | None) -> None:
+        """Keep the routing of positions no earlier generation covered (first writer wins: a sampled
+        position keeps the routing of the decode step that sampled from it, not the next turn's prefill)."""
+        if routing is None or self.routing is None:
+            self.routing = None
+            return
+        have = sum(chunk.shape[0] for chunk in self.routing)
+        if routing.ids.shape[0] > have:
+            self.routing.append(routing.ids[have:])
+
+    def full_routing(self) -> Routing | None:
+        """``[len(ids), L, k]``: positions no generation ran (the final token) are ``-1``."""
+        if not self.routing:
+            return None
+        ids = torch.cat(self.routing)
+        tail = ids.new_full((len(self.ids) - ids.shape[0], *ids.shape[1:]), NOT_ROUTED)
+        return Routing(torch.cat([ids, tail]))
 
     def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
         self.ids.extend(ids)
@@ -107,6 +136,7 @@ async def run_episode(
         gen = await engine.generate(stream.ids, replace(params, max_new_tokens=budget, seed=turn_seed(seed, turn)))
         gen_s = time.perf_counter() - t0
         stream.add_sampled(gen.token_ids, gen.logprobs)
+        stream.add_routing(gen.routing)
         parsed = parse_completion(codec, gen.token_ids)
         if parsed.error is None and render_completion(codec, parsed.messages) != list(gen.token_ids):
             mismatches += 1
@@ -148,4 +178,5 @@ async def run_episode(
         turns=tuple(turns),
         parity_mismatches=mismatches,
         reward_terms=terms,
+        routing=stream.full_routing(),
     )

@@ -1,9 +1,34 @@
-"""Runs many episodes concurrently against one engine.
+"""Runs many episodes concurrently against one engine, each under a wall-clock budget, retrying faulted groups.
 
 Every episode is its own asyncio task, so while one waits for a tool the engine keeps decoding the others
 (continuous batching does the rest). An exception inside an episode — the environment's fault by
 definition, since model faults are observations — becomes a typed ``env_error`` failure for that episode
 only: one failing episode never aborts a step.
+
+**Wall-clock budget** (``EpisodeLimits.timeout_s``). The clock starts when the episode gets its concurrency
+slot (time queued behind other episodes is not its own) and covers env creation, every generation and every
+tool call. On expiry the episode's task is cancelled, and the cancellation travels down the awaits it is
+blocked in: an async tool's coroutine is cancelled, a sandboxed program's process group (and, under
+bubblewrap, its whole pid namespace) is SIGKILLed and reaped before the cancellation completes
+(:mod:`harmonyrl.sandbox.run`). A *sync* tool runs in a worker thread, which Python cannot kill: its result
+is discarded, the thread runs to its end in the background (holding one of the tool pool's threads; one that
+never ends also holds up interpreter exit, which joins pool threads), and the episode does not wait for it.
+An env that blocks the event loop itself (a sync call inside ``async def step``) cannot be interrupted by
+anything in-process; the Env contract forbids it.
+
+The expiry is an ``episode_timeout`` *environment* fault — masked, counted, never scored 0 — because wall
+clock is not something the policy controls reproducibly: it depends on machine load, on the other episodes
+sharing the engine and on tool latency. Everything the model does control is already bounded
+deterministically and charged to it (tokens and turns truncate; a program's own infinite loop is a
+sandbox ``timeout`` observation). Set the budget above ``max_turns`` × (generation + tool time) so it only
+fires when something hangs.
+
+**Group retry** (``retry_faulted_groups``). Group-relative advantages compare the episodes of one task, so a
+group that lost episodes to faults is a smaller, noisier comparison. Up to N times, the faulted episodes of
+such groups are run again with their original seeds; the group's healthy episodes are kept, since with the
+same weights and seeds re-running them would reproduce them token for token. Re-using the seed means a retry
+reproduces the very episode the fault interrupted — retries recover transient faults without selecting for
+behaviour that happens to avoid a fault. Episodes still faulted after the last retry stay masked.
 """
 
 from __future__ import annotations
@@ -20,6 +45,9 @@ from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits, run_episode
 from harmonyrl.types import Failure, SamplingParams, Task, Trajectory
 
+CLOSE_TIMEOUT_S = 5.0
+"""How long ``env.close()`` may take; an env that hung its episode may hang its close too."""
+
 
 @dataclass(frozen=True)
 class EpisodeRequest:
@@ -32,9 +60,22 @@ class EpisodeRequest:
 class RolloutResult:
     trajectories: tuple[Trajectory, ...]
     wall_s: float
+    group_retries: int = 0
+    """Faulted groups run again, summed over retry rounds."""
+    retried_episodes: int = 0
+    """Faulted episodes run again, summed over retry rounds."""
+
+    def fault_metrics(self) -> dict[str, float]:
+        """Retry counters and the groups that still hold a masked episode after every retry."""
+        faulted = {t.group_id for t in self.trajectories if t.failure is not None}
+        return {
+            "rollout/group_retries": float(self.group_retries),
+            "rollout/retried_episodes": float(self.retried_episodes),
+            "rollout/faulted_groups": float(len(faulted)),
+        }
 
 
-def _failed(req: EpisodeRequest, exc: BaseException) -> Trajectory:
+def _failed(req: EpisodeRequest, failure: Failure) -> Trajectory:
     return Trajectory(
         task_id=req.task.id,
         group_id=req.group_id,
@@ -44,9 +85,34 @@ def _failed(req: EpisodeRequest, exc: BaseException) -> Trajectory:
         reward=0.0,
         terminated=False,
         truncated=False,
-        failure=Failure("env_error", f"{type(exc).__name__}: {exc}"[:500]),
+        failure=failure,
         turns=(),
     )
+
+
+async def _episode(
+    engine: Engine,
+    factory: EnvFactory,
+    codec: Codec,
+    params: SamplingParams,
+    limits: EpisodeLimits,
+    req: EpisodeRequest,
+) -> Trajectory:
+    """One episode; every exception becomes an ``env_error`` here, so a ``TimeoutError`` leaving this
+    coroutine can only be the budget's own."""
+    env = None
+    try:
+        env = factory.make(req.task)
+        return await run_episode(
+            engine, env, codec, params, limits, task_id=req.task.id, group_id=req.group_id, seed=req.seed
+        )
+    except Exception as exc:  # the env's fault: mask this episode, keep the step
+        return _failed(req, Failure("env_error", f"{type(exc).__name__}: {exc}"[:500]))
+    finally:
+        if env is not None:
+            # a failing (or hanging) close must not turn a finished episode into a lost one
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(env.close(), CLOSE_TIMEOUT_S)
 
 
 async def _one(
@@ -59,19 +125,10 @@ async def _one(
     gate: asyncio.Semaphore,
 ) -> Trajectory:
     async with gate:
-        env = None
         try:
-            env = factory.make(req.task)
-            return await run_episode(
-                engine, env, codec, params, limits, task_id=req.task.id, group_id=req.group_id, seed=req.seed
-            )
-        except Exception as exc:  # the env's fault: mask this episode, keep the step
-            return _failed(req, exc)
-        finally:
-            if env is not None:
-                # a failing close must not turn a finished episode into a lost one
-                with contextlib.suppress(Exception):
-                    await env.close()
+            return await asyncio.wait_for(_episode(engine, factory, codec, params, limits, req), limits.timeout_s)
+        except TimeoutError:  # wait_for has cancelled the episode (and with it any running tool) by now
+            return _failed(req, Failure("episode_timeout", f"exceeded its {limits.timeout_s:g} s wall-clock budget"))
 
 
 async def run_episodes(
@@ -82,12 +139,29 @@ async def run_episodes(
     params: SamplingParams,
     limits: EpisodeLimits,
     max_concurrency: int,
+    retry_faulted_groups: int = 0,
 ) -> RolloutResult:
-    """Run all ``requests`` with at most ``max_concurrency`` episodes in flight; results keep request order."""
+    """Run all ``requests`` with at most ``max_concurrency`` episodes in flight; results keep request order.
+
+    With ``retry_faulted_groups`` = N, the faulted episodes of groups that have any are run again, up to N
+    rounds (see the module docstring)."""
     gate = asyncio.Semaphore(max_concurrency)
     t0 = time.perf_counter()
-    trajs = await asyncio.gather(*(_one(engine, factory, codec, params, limits, r, gate) for r in requests))
-    return RolloutResult(tuple(trajs), time.perf_counter() - t0)
+
+    async def batch(reqs: Sequence[EpisodeRequest]) -> list[Trajectory]:
+        return list(await asyncio.gather(*(_one(engine, factory, codec, params, limits, r, gate) for r in reqs)))
+
+    trajs = await batch(requests)
+    group_retries = retried_episodes = 0
+    for _ in range(retry_faulted_groups):
+        redo = [i for i, t in enumerate(trajs) if t.failure is not None]
+        if not redo:
+            break
+        group_retries += len({trajs[i].group_id for i in redo})
+        retried_episodes += len(redo)
+        for i, t in zip(redo, await batch([requests[i] for i in redo]), strict=True):
+            trajs[i] = t
+    return RolloutResult(tuple(trajs), time.perf_counter() - t0, group_retries, retried_episodes)
 
 
 def group_requests(tasks: Sequence[Task], group_size: int, base_seed: int) -> list[EpisodeRequest]:

@@ -13,6 +13,8 @@ Design choices:
 * The nested, variable-shaped parts (turns with their messages, reward terms) are JSON strings. They are
   small, rarely queried by column, and JSON keeps the schema flat. ``json.dumps`` writes floats with
   ``repr`` (exact) and escapes non-ASCII (so even lone surrogates from odd model output round-trip).
+* MoE routing (``[T, L, k]`` int8/int16 expert ids, :class:`~harmonyrl.types.Routing`) is one binary cell of
+  raw bytes plus its shape, null when the episode has none: ~T·L·k bytes, no per-element list overhead.
 * Atomic: the table is written to ``*.tmp``, fsynced and renamed into place, so a killed run leaves either
   the whole step or none of it. A resumed run rewrites the steps after its checkpoint with identical content.
 * Reading is strict: a missing file, a non-parquet file, a missing column or a value of the wrong type is a
@@ -22,16 +24,19 @@ Design choices:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import torch
 
-from harmonyrl.types import Failure, Message, Trajectory, Turn
+from harmonyrl.types import Failure, Message, Routing, Trajectory, Turn
 
 FORMAT_VERSION = "1"
 SCHEMA = pa.schema(
@@ -51,10 +56,16 @@ SCHEMA = pa.schema(
         ("parity_mismatches", pa.int64()),
         ("reward_terms", pa.string()),
         ("turns", pa.string()),
+        ("routing", pa.binary()),
+        ("routing_shape", pa.list_(pa.int64())),
     ],
     metadata={"harmonyrl.rollout_format": FORMAT_VERSION},
 )
-_NULLABLE = frozenset({"failure_kind", "failure_detail"})
+_NULLABLE = frozenset({"failure_kind", "failure_detail", "routing", "routing_shape"})
+_OPTIONAL = frozenset({"routing", "routing_shape"})
+"""Columns added after format 1 shipped: files without them read as episodes without routing."""
+_ROUTING_DTYPES = {1: torch.int8, 2: torch.int16}
+"""Routing ids are stored as their raw little-endian bytes; the item size tells int8 from int16."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.parquet$")
 
 
@@ -123,8 +134,30 @@ def to_table(step: int, trajectories: Sequence[Trajectory]) -> pa.Table:
         "parity_mismatches": [t.parity_mismatches for t in trajs],
         "reward_terms": [json.dumps(t.reward_terms) for t in trajs],
         "turns": [_turns_json(t.turns) for t in trajs],
+        "routing": [None if t.routing is None else _routing_bytes(t.routing) for t in trajs],
+        "routing_shape": [None if t.routing is None else list(t.routing.ids.shape) for t in trajs],
     }
     return pa.Table.from_pydict(columns, schema=SCHEMA)
+
+
+def _routing_bytes(routing: Routing) -> bytes:
+    ids = routing.ids
+    if ids.dtype not in _ROUTING_DTYPES.values():
+        raise ValueError(f"routing ids must be int8 or int16, got {ids.dtype}")
+    return ids.contiguous().numpy().astype(f"<i{ids.element_size()}").tobytes()
+
+
+def _routing(blob: bytes | None, shape: list[int] | None) -> Routing | None:
+    if blob is None or shape is None:
+        if (blob is None) != (shape is None):
+            raise ValueError("routing and routing_shape must both be set or both be null")
+        return None
+    count = math.prod(shape)
+    size = len(blob) // count if count else 1
+    if size not in _ROUTING_DTYPES or size * count != len(blob):
+        raise ValueError(f"routing of {len(blob)} bytes does not fit shape {shape}")
+    native = np.frombuffer(blob, dtype=f"<i{size}").astype(f"=i{size}")  # a copy, in host byte order
+    return Routing(torch.from_numpy(native).view(shape))
 
 
 def write_step(path: Path, step: int, trajectories: Sequence[Trajectory]) -> None:
@@ -178,6 +211,7 @@ def _row(row: dict[str, Any]) -> Trajectory:
         turns=_turns(row["turns"]),
         parity_mismatches=row["parity_mismatches"],
         reward_terms=json.loads(row["reward_terms"]),
+        routing=_routing(row["routing"], row["routing_shape"]),
     )
 
 
@@ -195,6 +229,8 @@ def read_table(path: Path) -> pa.Table:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise RolloutFileError(f"rollout file '{path}' is not a readable parquet file: {_first_line(e)}") from e
+    for name in _OPTIONAL - set(table.column_names):
+        table = table.append_column(name, pa.nulls(table.num_rows, SCHEMA.field(name).type))
     missing = [name for name in SCHEMA.names if name not in table.column_names]
     if missing:
         raise RolloutFileError(f"rollout file '{path}' lacks column(s) {', '.join(missing)}")

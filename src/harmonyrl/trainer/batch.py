@@ -7,12 +7,14 @@ already shifted — index ``t`` refers to token ``ids[:, t + 1]``. Width is ``T 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from harmonyrl.models.routing import NOT_ROUTED, MoeRouting
 from harmonyrl.types import Trajectory
 
 
@@ -22,7 +24,8 @@ class Batch:
 
     input_ids: ``[B, T]`` long; attention_mask: ``[B, T]`` (1 on real tokens);
     loss_mask, sampler_logprobs: ``[B, T-1]`` aligned with the *targets* ``input_ids[:, 1:]``;
-    rewards: ``[B]``; group_ids: ``[B]`` long.
+    rewards: ``[B]``; group_ids: ``[B]`` long; routing: ``[B, T, L, k]`` the sampler's expert ids per
+    position (``-1`` where not recorded or padded), None when no trajectory carries routing.
     """
 
     input_ids: torch.Tensor
@@ -31,6 +34,7 @@ class Batch:
     sampler_logprobs: torch.Tensor
     rewards: torch.Tensor
     group_ids: torch.Tensor
+    routing: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -48,7 +52,8 @@ class Batch:
                     self.rewards,
                     self.group_ids,
                 )
-            )
+            ),
+            routing=None if self.routing is None else self.routing[idx],
         )
 
 
@@ -76,7 +81,27 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> Batch:
         sampler_logprobs=slp[:, 1:],
         rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
         group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
+        routing=_collate_routing(trajectories, width),
     )
+
+
+def _collate_routing(trajectories: Sequence[Trajectory], width: int) -> torch.Tensor | None:
+    """``[B, width, L, k]`` sampler routing padded with -1 (all -1 for a trajectory without any, e.g. one that
+    never reached the engine), or None if no trajectory has routing."""
+    parts = [t.routing.ids for t in trajectories if t.routing is not None]
+    if not parts:
+        return None
+    if len({(tuple(p.shape[1:]), p.dtype) for p in parts}) != 1:
+        raise ValueError("trajectories carry routing of different [L, k] shapes or dtypes")
+    out = torch.full((len(trajectories), width, *parts[0].shape[1:]), NOT_ROUTED, dtype=parts[0].dtype)
+    for i, t in enumerate(trajectories):
+        if t.routing is None:
+            continue
+        ids = t.routing.ids
+        if ids.shape[0] != len(t.token_ids):
+            raise ValueError(f"trajectory {i} has routing for {ids.shape[0]} of its {len(t.token_ids)} tokens")
+        out[i, : ids.shape[0]] = ids
+    return out
 
 
 @dataclass(frozen=True)
@@ -106,42 +131,61 @@ def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
 
 
 def _forward(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, hidden: bool = False
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    hidden: bool = False,
+    routing: MoeRouting | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``[B, T, V]`` logits (and ``[B, T, H]`` last hidden states if ``hidden``); a prefix shared by all rows
     is run once (batch 1) and its keys/values broadcast to every row.
 
     Exact: the prefix's activations are identical in every row, and autograd sums the rows' gradients
     through the broadcast (``expand``), as the per-row computation would. Falls back to one plain pass when
-    the prefix is short or the model's cache is not the per-layer kind.
+    the prefix is short or the model's cache is not the per-layer kind. Under ``routing`` (an entered
+    :class:`MoeRouting`) each call names its part of the batch grid, and the shared prefix stops where the
+    rows' replayed routing stops agreeing.
     """
-    b = input_ids.shape[0]
-    p = min(shared_prefix_len(input_ids, attention_mask), input_ids.shape[1] - 1)
+    b, t = input_ids.shape
+    p = min(shared_prefix_len(input_ids, attention_mask), t - 1)
+    if routing is not None:
+        p = routing.shared_replay_len(p)
+    everything = (slice(0, b), slice(0, t))
+    head_win, tail_win = (slice(0, 1), slice(0, p)), (slice(0, b), slice(p, t))
     extra = {"output_hidden_states": True} if hidden else {}
 
     def last_hidden(out: Any) -> torch.Tensor | None:
         return out.hidden_states[-1] if hidden else None
 
     if b >= 2 and p >= MIN_SHARED_PREFIX:
-        head = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
+        with _window(routing, *head_win):
+            head = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
         layers = getattr(head.past_key_values, "layers", None)
         if layers is not None and all(hasattr(x, "keys") and hasattr(x, "values") for x in layers):
             for layer in layers:
                 layer.keys = layer.keys.expand(b, -1, -1, -1)
                 layer.values = layer.values.expand(b, -1, -1, -1)
-            tail = model(
-                input_ids=input_ids[:, p:],
-                attention_mask=attention_mask,
-                past_key_values=head.past_key_values,
-                use_cache=True,
-                **extra,
-            )
+            if routing is not None:
+                routing.broadcast_rows(head_win[1])
+            with _window(routing, *tail_win):
+                tail = model(
+                    input_ids=input_ids[:, p:],
+                    attention_mask=attention_mask,
+                    past_key_values=head.past_key_values,
+                    use_cache=True,
+                    **extra,
+                )
             logits = torch.cat([head.logits.expand(b, -1, -1), tail.logits], dim=1)
             h_head, h_tail = last_hidden(head), last_hidden(tail)
             states = None if h_head is None or h_tail is None else torch.cat([h_head.expand(b, -1, -1), h_tail], 1)
             return logits, states
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
+    with _window(routing, *everything):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
     return out.logits, last_hidden(out)
+
+
+def _window(routing: MoeRouting | None, rows: slice, cols: slice) -> AbstractContextManager[None]:
+    return nullcontext() if routing is None else routing.window(rows, cols)
 
 
 def score(
@@ -151,6 +195,7 @@ def score(
     entropy_grad: bool = False,
     value_head: torch.nn.Module | None = None,
     keep_logits: bool = False,
+    routing: MoeRouting | None = None,
 ) -> Scored:
     """Trainer log-probs of ``input_ids[:, 1:]`` given their prefixes (and values / logits if asked).
 
@@ -158,8 +203,10 @@ def score(
     env, where the shared system + developer messages are 2/3 of every episode.
     The entropy is exact (summed over the vocabulary). It needs a gradient only for an entropy bonus: the
     sampled-token surprisal ``-logp`` would not do, since ``E[∇ log π] = 0`` makes its gradient vanish.
+    ``routing``: a :class:`MoeRouting` over ``[B, T]`` to replay / record the MoE routing (entered here).
     """
-    logits, states = _forward(model, input_ids, attention_mask, hidden=value_head is not None)
+    with nullcontext() if routing is None else routing:
+        logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing)
     logits = logits[:, :-1]
     logp_all = F.log_softmax(logits.float(), dim=-1)
     logprobs = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -181,4 +228,5 @@ def micro_batches(batch: Batch, size: int) -> Iterator[Batch]:
             part.sampler_logprobs[:, : width - 1],
             part.rewards,
             part.group_ids,
+            None if part.routing is None else part.routing[:, :width],
         )

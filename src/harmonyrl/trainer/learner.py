@@ -83,8 +83,9 @@ class Learner:
                 self.model, self.optimizer, self.value_head, self.soft_q, trajectories, self.cfg, self.pad_id
             )
         prepared = prepare(trajectories, self.cfg, self.pad_id)
-        if prepared is None:
-            return {"train/skipped": 1.0}
+        if prepared is None:  # still report the masked faults: the step's count must not depend on the update
+            masked = sum(t.failure is not None for t in trajectories)
+            return {"train/skipped": 1.0, "train/masked_failures": float(masked)}
         metrics = rl_update(
             self.model, self.optimizer, prepared, self.cfg, self.ref_model, self.value_head, norm=self.norm
         )

