@@ -55,3 +55,29 @@ def test_broken_env_is_reported() -> None:
         assert needle in text, needle
     with pytest.raises(AssertionError, match="env check failed"):
         assert_env_ok(BrokenFactory(n_train=10, n_test=5))
+
+
+def _builtin_env_configs() -> list[object]:
+    """One default config per member of the ``EnvConfig`` union: a new env is covered without editing this."""
+    from typing import get_args
+
+    from harmonyrl.config import EnvConfig
+
+    union = get_args(EnvConfig)[0]
+    return [cls() for cls in get_args(union)]
+
+
+@pytest.mark.parametrize("env_cfg", _builtin_env_configs(), ids=lambda c: c.name)  # type: ignore[attr-defined]
+def test_every_builtin_env_passes_check_env_from_its_default_config(env_cfg: object) -> None:
+    """Through the same path ``harmonyrl train`` takes (config → make_factory), memory wrapper included."""
+    from harmonyrl.envs.factory import make_factory
+
+    if env_cfg.name in ("retool", "humaneval"):  # type: ignore[attr-defined]
+        from harmonyrl.sandbox import SandboxUnavailable, check_sandbox
+
+        try:
+            check_sandbox()
+        except SandboxUnavailable as e:
+            pytest.skip(f"bubblewrap cannot run here: {e}")
+    for cfg in (env_cfg, env_cfg.model_copy(update={"memory": True})):  # type: ignore[attr-defined]
+        assert check_env(make_factory(cfg, seed=0), n_tasks=2, rebuild=lambda c=cfg: make_factory(c, seed=0)) == []
