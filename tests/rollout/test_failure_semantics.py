@@ -128,6 +128,10 @@ def test_budget_cancels_a_running_async_tool_and_masks_the_episode() -> None:
     assert traj.failure == Failure("episode_timeout", "exceeded its 0.3 s wall-clock budget")
     assert (traj.reward, traj.terminated, traj.truncated) == (0.0, False, False)
     assert events == ["started", "cancelled"]  # the tool's own task was cancelled, not left running
+    # masked (nothing to train on), but the record shows what hung: the call, with no observation yet
+    assert traj.token_ids == () and traj.loss_mask == ()
+    [turn] = traj.turns
+    assert [m.recipient for m in turn.sampled] == ["functions.calculator"] and turn.observations == ()
     assert 0.3 <= elapsed < 2.0
 
 
@@ -186,7 +190,10 @@ class InnerTimeoutFactory(CalculatorFactory):
 
 def test_an_envs_own_timeout_error_is_an_env_error_not_the_budget() -> None:
     out = rollout(InnerTimeoutFactory(seed=0, n_train=20, n_test=1), correct_call_engine(), budget=30.0)
-    assert out.trajectories[0].failure == Failure("env_error", "TimeoutError: database connection timed out")
+    [traj] = out.trajectories
+    assert traj.failure == Failure("env_error", "TimeoutError: database connection timed out")
+    [turn] = traj.turns  # the turn whose step raised stays in the record
+    assert [m.recipient for m in turn.sampled] == ["functions.calculator"] and turn.observations == ()
 
 
 # ---- group retry -------------------------------------------------------------------------------------

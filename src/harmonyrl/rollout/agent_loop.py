@@ -118,11 +118,16 @@ async def run_episode(
     task_id: str,
     group_id: int,
     seed: int,
+    transcript: list[Turn] | None = None,
 ) -> Trajectory:
-    """Run one episode to termination, truncation or an environment failure."""
+    """Run one episode to termination, truncation or an environment failure.
+
+    ``transcript``, if given, receives the turns as they happen (a turn whose tool call is still running is
+    there with no observations yet), so a caller that cancels the episode or sees it raise still has what
+    the model did up to that point for the episode record."""
     messages = initial_messages(env, await env.reset())
     stream = _Builder(render_prompt(codec, messages, next_role="assistant"))
-    turns: list[Turn] = []
+    turns: list[Turn] = [] if transcript is None else transcript
     reward, terminated, truncated = 0.0, False, False
     failure: Failure | None = None
     terms: dict[str, float] = {}
@@ -148,10 +153,11 @@ async def run_episode(
             err = None if parsed.error is None else f"{parsed.error.kind}: {parsed.error.detail}"
             turns.append(Turn(parsed.messages, err, (), gen_s, 0.0))
             break
+        turns.append(Turn(parsed.messages, None, (), gen_s, 0.0))  # in the transcript while the tool runs
         t1 = time.perf_counter()
         result: StepResult = await env.step(parsed.messages)
         tool_s = time.perf_counter() - t1
-        turns.append(Turn(parsed.messages, None, result.observations, gen_s, tool_s))
+        turns[-1] = Turn(parsed.messages, None, result.observations, gen_s, tool_s)
         messages.extend(parsed.messages)
         reward += result.reward
         terms.update(result.info)

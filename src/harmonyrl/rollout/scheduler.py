@@ -43,7 +43,7 @@ from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits, run_episode
-from harmonyrl.types import Failure, SamplingParams, Task, Trajectory
+from harmonyrl.types import Failure, SamplingParams, Task, Trajectory, Turn
 
 CLOSE_TIMEOUT_S = 5.0
 """How long ``env.close()`` may take; an env that hung its episode may hang its close too."""
@@ -75,7 +75,8 @@ class RolloutResult:
         }
 
 
-def _failed(req: EpisodeRequest, failure: Failure) -> Trajectory:
+def _failed(req: EpisodeRequest, failure: Failure, turns: Sequence[Turn] = ()) -> Trajectory:
+    """A masked episode: no tokens to train on, but the turns it got through are kept for the record."""
     return Trajectory(
         task_id=req.task.id,
         group_id=req.group_id,
@@ -86,7 +87,7 @@ def _failed(req: EpisodeRequest, failure: Failure) -> Trajectory:
         terminated=False,
         truncated=False,
         failure=failure,
-        turns=(),
+        turns=tuple(turns),
     )
 
 
@@ -97,17 +98,26 @@ async def _episode(
     params: SamplingParams,
     limits: EpisodeLimits,
     req: EpisodeRequest,
+    transcript: list[Turn],
 ) -> Trajectory:
     """One episode; every exception becomes an ``env_error`` here, so a ``TimeoutError`` leaving this
-    coroutine can only be the budget's own."""
+    coroutine can only be the budget's own. ``transcript`` receives the turns as they happen."""
     env = None
     try:
         env = factory.make(req.task)
         return await run_episode(
-            engine, env, codec, params, limits, task_id=req.task.id, group_id=req.group_id, seed=req.seed
+            engine,
+            env,
+            codec,
+            params,
+            limits,
+            task_id=req.task.id,
+            group_id=req.group_id,
+            seed=req.seed,
+            transcript=transcript,
         )
     except Exception as exc:  # the env's fault: mask this episode, keep the step
-        return _failed(req, Failure("env_error", f"{type(exc).__name__}: {exc}"[:500]))
+        return _failed(req, Failure("env_error", f"{type(exc).__name__}: {exc}"[:500]), transcript)
     finally:
         if env is not None:
             # a failing (or hanging) close must not turn a finished episode into a lost one
@@ -124,11 +134,14 @@ async def _one(
     req: EpisodeRequest,
     gate: asyncio.Semaphore,
 ) -> Trajectory:
+    transcript: list[Turn] = []
     async with gate:
         try:
-            return await asyncio.wait_for(_episode(engine, factory, codec, params, limits, req), limits.timeout_s)
+            episode = _episode(engine, factory, codec, params, limits, req, transcript)
+            return await asyncio.wait_for(episode, limits.timeout_s)
         except TimeoutError:  # wait_for has cancelled the episode (and with it any running tool) by now
-            return _failed(req, Failure("episode_timeout", f"exceeded its {limits.timeout_s:g} s wall-clock budget"))
+            failure = Failure("episode_timeout", f"exceeded its {limits.timeout_s:g} s wall-clock budget")
+            return _failed(req, failure, transcript)
 
 
 async def run_episodes(
