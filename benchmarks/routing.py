@@ -3,13 +3,15 @@ and what recording the routing costs the engine.
 
     python benchmarks/routing.py
 
-Part 1 — a bf16 engine samples 32 episodes (``micro`` preset, random init, vocab 1536, ~60-token prompts,
-48 new tokens, T=1); the fp32 trainer scores them with its own routing (``none``) and with the engine's
-(``r3``). Two routers: as initialised, and "near-tied" (every expert's router row = one shared row + 1e-3
-noise, as trained routers can be), where bf16 rounding decides between experts.
+Part 1 — an fp32 and a bf16 engine (``rollout.engine_dtype``) each sample 32 episodes (``micro`` preset,
+random init, vocab 1536, ~60-token prompts, 48 new tokens, T=1); the fp32 trainer scores them with its own
+routing (``none``) and with the engine's (``r3``): the precision options' mismatch, side by side.
+Two routers: as initialised, and "near-tied" (every expert's router row = one shared row + 1e-3 noise, as
+trained routers can be), where bf16 rounding decides between experts.
 Part 2 — engine busy time with routing capture on and off (one engine, capture switched between
 alternating rounds; 32 prompts × 64 tokens).
-Last line: ``RESULT agreement_none=… agreement_r3=… kl_none=… kl_r3=… capture_slowdown=…`` (near-tied router).
+Last line: ``RESULT agreement_none=… agreement_r3=… kl_none=… kl_r3=… kl_fp32=… capture_slowdown=…`` (near-tied
+router; all but ``kl_fp32``, the fp32 engine's ``none`` row, are of the bf16 engine).
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def model(near_tied: bool) -> GptOssForCausalLM:
     return m
 
 
-def sampled_batch(m: GptOssForCausalLM) -> Batch:
-    engine = LocalEngine(m, max_batch=EPISODES, max_seq_len=256, dtype=torch.bfloat16)
+def sampled_batch(m: GptOssForCausalLM, dtype: torch.dtype) -> Batch:
+    engine = LocalEngine(m, max_batch=EPISODES, max_seq_len=256, dtype=dtype)
     ps = prompts(EPISODES, 50, 70)
     trajs = []
     for p, g in zip(ps, generate(engine, ps, 48), strict=True):
@@ -86,21 +88,25 @@ def sampled_batch(m: GptOssForCausalLM) -> Batch:
 
 
 def replay_table() -> dict[str, float]:
-    print(f"{'router':<12}{'replay':<8}{'agreement':>11}{'own top-k agr.':>16}{'mismatch KL k3':>16}")
+    head = f"{'router':<12}{'engine':<8}{'replay':<8}{'agreement':>11}{'own top-k agr.':>16}{'mismatch KL k3':>16}"
+    print(f"{head}{'max |Δ logp|':>14}")
     out: dict[str, float] = {}
     for near_tied in (False, True):
         m = model(near_tied)
-        batch = sampled_batch(m)
-        for mode in ("none", "r3"):
-            logp, _, routed = _no_grad_pass(m, batch, replay=mode == "r3")
-            met = routing_metrics(batch, routed, int(m.config.num_experts_per_tok))
-            kl = float(masked_token_mean(kl_k3(logp, batch.sampler_logprobs), batch.loss_mask))
-            name = "near-tied" if near_tied else "init"
-            print(
-                f"{name:<12}{mode:<8}{met['routing/agreement']:>11.4f}{met['routing/agreement_own']:>16.4f}{kl:>16.3e}"
-            )
-            if near_tied:
-                out[f"agreement_{mode}"], out[f"kl_{mode}"] = met["routing/agreement"], kl
+        for dtype in (torch.float32, torch.bfloat16):
+            batch = sampled_batch(m, dtype)
+            for mode in ("none", "r3"):
+                logp, _, routed = _no_grad_pass(m, batch, replay=mode == "r3")
+                met = routing_metrics(batch, routed, int(m.config.num_experts_per_tok))
+                kl = float(masked_token_mean(kl_k3(logp, batch.sampler_logprobs), batch.loss_mask))
+                gap = float(((logp - batch.sampler_logprobs).abs() * batch.loss_mask).max())
+                name, prec = "near-tied" if near_tied else "init", "fp32" if dtype == torch.float32 else "bf16"
+                agree, own = met["routing/agreement"], met["routing/agreement_own"]
+                print(f"{name:<12}{prec:<8}{mode:<8}{agree:>11.4f}{own:>16.4f}{kl:>16.3e}{gap:>14.2e}")
+                if near_tied and prec == "bf16":
+                    out[f"agreement_{mode}"], out[f"kl_{mode}"] = agree, kl
+                if near_tied and prec == "fp32" and mode == "none":
+                    out["kl_fp32"] = kl
     return out
 
 
@@ -142,7 +148,8 @@ def main() -> None:
     slowdown = capture_overhead()
     print(
         f"RESULT agreement_none={figures['agreement_none']:.4f} agreement_r3={figures['agreement_r3']:.4f} "
-        f"kl_none={figures['kl_none']:.3e} kl_r3={figures['kl_r3']:.3e} capture_slowdown={slowdown:.3f}"
+        f"kl_none={figures['kl_none']:.3e} kl_r3={figures['kl_r3']:.3e} kl_fp32={figures['kl_fp32']:.3e} "
+        f"capture_slowdown={slowdown:.3f}"
     )
 
 
