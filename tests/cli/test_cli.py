@@ -175,10 +175,19 @@ def test_check_env_passes_the_readme_example_and_flags_a_broken_env(tmp_path: Pa
     assert bad.exit_code == 1 and "reward" in bad.output
 
 
-@pytest.mark.parametrize("target", ["no_colon", "examples/missing.py:F", "harmonyrl.no_such_module:F", "json:nope"])
-def test_check_env_bad_targets_are_one_line_errors(target: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "needle"),
+    [
+        ("no_colon", "expected MODULE:FACTORY"),
+        ("examples/missing.py:F", "missing.py"),
+        ("harmonyrl.no_such_module:F", "cannot import 'harmonyrl.no_such_module'"),
+        ("json:nope", "no callable 'nope'"),
+    ],
+)
+def test_check_env_bad_targets_are_one_line_errors(target: str, needle: str) -> None:
     result = runner.invoke(app, ["check-env", target])
     assert result.exit_code == 2 and "Traceback" not in result.output and "error" in result.output
+    assert needle in " ".join(result.output.split())  # the message says what was wrong with which target
 
 
 @pytest.mark.parametrize("env", ["sql", "retool", "instruct"])

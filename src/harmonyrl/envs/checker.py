@@ -183,7 +183,10 @@ def load_factory(target: str) -> Callable[[], EnvFactory]:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(module_part)
+        try:
+            module = importlib.import_module(module_part)
+        except ImportError as e:  # name the target: the bare "No module named 'x'" does not say who asked
+            raise ImportError(f"cannot import '{module_part}' (from {target!r}): {e}") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ValueError(f"'{module_part}' has no callable '{attr}'")
