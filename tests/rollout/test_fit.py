@@ -1,0 +1,50 @@
+"""Prompts that leave no room under ``rollout.max_seq_len`` are reported before any compute is spent."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from rich.console import Console
+
+from harmonyrl.config import load_config
+from harmonyrl.envs.calculator import CalculatorFactory
+from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.rollout.fit import PromptFit, check_prompt_fit, prompt_fit, prompt_lengths
+from harmonyrl.trainer.loop import make_factory, warn_if_prompts_do_not_fit
+
+TOK = HarmonyTokenizer.load_default()
+
+
+def test_prompts_are_classified_by_the_room_they_leave() -> None:
+    # budget 100, turn 10: rooms 60, 10 (a full turn), 9 (short), 1 (short), 0 and -20 (none)
+    fit = prompt_fit([40, 90, 91, 99, 100, 120], max_seq_len=100, max_new_tokens=10)
+    assert fit == PromptFit(checked=6, longest=120, no_room=2, short_room=2)
+    assert fit.warning(100, 10) == (
+        "4 of 6 checked prompts (longest 120 tokens) leave less than max_new_tokens=10 of rollout.max_seq_len=100 "
+        "(2 leave none): those episodes end truncated whatever the model does; try rollout.max_seq_len=256"
+    )
+    assert prompt_fit([40, 90], 100, 10).warning(100, 10) is None
+    assert prompt_fit([], 100, 10).warning(100, 10) is None
+
+
+def test_lengths_are_the_agent_loops_rendering() -> None:
+    factory = CalculatorFactory(seed=0, n_train=4, n_test=2)
+    lengths = asyncio.run(prompt_lengths(factory, TOK, factory.tasks("train")))
+    assert len(lengths) == 4 and all(100 < n < 400 for n in lengths)
+    longest = max(lengths)
+    assert asyncio.run(check_prompt_fit(factory, TOK, max_seq_len=longest + 64, max_new_tokens=64)) is None
+    warning = asyncio.run(check_prompt_fit(factory, TOK, max_seq_len=longest, max_new_tokens=64))
+    assert warning is not None and f"longest {longest} tokens" in warning and "leave none" in warning
+
+
+def test_train_and_eval_print_the_warning_for_an_env_that_does_not_fit() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=400, color_system=None)
+    small = load_config(None, ["env.name=browse"])
+    asyncio.run(warn_if_prompts_do_not_fit(small, make_factory(small), TOK, console))
+    assert out.getvalue().startswith("warning: env browse: ") and "try rollout.max_seq_len=" in out.getvalue()
+    out.truncate(0)
+    roomy = load_config(None, ["env.name=browse", "rollout.max_seq_len=2048"])
+    asyncio.run(warn_if_prompts_do_not_fit(roomy, make_factory(roomy), TOK, console))
+    assert out.getvalue() == ""
