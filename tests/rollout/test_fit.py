@@ -8,10 +8,11 @@ import io
 from rich.console import Console
 
 from harmonyrl.config import load_config
-from harmonyrl.envs.calculator import CalculatorFactory
+from harmonyrl.envs.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.fit import PromptFit, check_prompt_fit, prompt_fit, prompt_lengths
 from harmonyrl.trainer.loop import make_factory, warn_if_prompts_do_not_fit
+from harmonyrl.types import Message, Task
 
 TOK = HarmonyTokenizer.load_default()
 
@@ -36,6 +37,23 @@ def test_lengths_are_the_agent_loops_rendering() -> None:
     assert asyncio.run(check_prompt_fit(factory, TOK, max_seq_len=longest + 64, max_new_tokens=64)) is None
     warning = asyncio.run(check_prompt_fit(factory, TOK, max_seq_len=longest, max_new_tokens=64))
     assert warning is not None and f"longest {longest} tokens" in warning and "leave none" in warning
+
+
+def test_an_env_that_fails_to_reset_is_left_out_not_raised() -> None:
+    class Flaky(CalculatorFactory):
+        def make(self, task: Task) -> CalculatorEnv:
+            env = super().make(task)
+            if task.id == self.tasks("train")[1].id:
+
+                async def reset() -> list[Message]:
+                    raise ConnectionError("backend down")
+
+                env.reset = reset  # type: ignore[method-assign]
+            return env
+
+    factory = Flaky(seed=0, n_train=4, n_test=2)
+    full = asyncio.run(prompt_lengths(CalculatorFactory(seed=0, n_train=4, n_test=2), TOK, factory.tasks("train")))
+    assert asyncio.run(prompt_lengths(factory, TOK, factory.tasks("train"))) == full[:1] + full[2:]
 
 
 def test_train_and_eval_print_the_warning_for_an_env_that_does_not_fit() -> None:

@@ -19,15 +19,21 @@ from harmonyrl.types import Task
 
 
 async def prompt_lengths(factory: EnvFactory, codec: Codec, tasks: Sequence[Task]) -> list[int]:
-    """Token length of each task's first prompt, rendered exactly as the agent loop renders it."""
+    """Token length of each task's first prompt, rendered exactly as the agent loop renders it.
+
+    A task whose env fails to make, reset or close is left out: in a rollout that is a masked ``env_error`` of
+    one episode, and this advisory check must not turn it into a run that cannot start."""
     lengths = []
     for task in tasks:
-        env = factory.make(task)
         try:
-            messages = initial_messages(env, await env.reset())
-            lengths.append(len(render_prompt(codec, messages, next_role="assistant")))
-        finally:
-            await env.close()
+            env = factory.make(task)
+            try:
+                messages = initial_messages(env, await env.reset())
+            finally:
+                await env.close()
+        except Exception:
+            continue
+        lengths.append(len(render_prompt(codec, messages, next_role="assistant")))
     return lengths
 
 
