@@ -164,7 +164,10 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--shared-prefix", type=int, default=96, help="prompt tokens common to every episode (0: none)")
     p.add_argument("--threads", type=int, default=2)
-    asyncio.run(main_async(p.parse_args()))
+    args = p.parse_args()
+    if args.episodes <= args.in_flight:  # no steady state: the last episode would enter at the start
+        p.error(f"--episodes ({args.episodes}) must exceed --in-flight ({args.in_flight})")
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def _builtin_env_configs() -> list[object]:
     """One default config per member of the ``EnvConfig`` union: a new env is covered without editing this."""
     from typing import get_args
 
-    from harmonyrl.config import EnvConfig
+    from harmonyrl.envs.config import EnvConfig
 
     union = get_args(EnvConfig)[0]
     return [cls() for cls in get_args(union)]

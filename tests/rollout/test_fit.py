@@ -10,8 +10,8 @@ from rich.console import Console
 from harmonyrl.config import load_config
 from harmonyrl.envs.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
-from harmonyrl.rollout.fit import PromptFit, check_prompt_fit, prompt_fit, prompt_lengths
-from harmonyrl.trainer.loop import make_factory, warn_if_prompts_do_not_fit
+from harmonyrl.rollout.fit import PromptFit, prompt_lengths, warn_if_prompts_do_not_fit
+from harmonyrl.trainer.loop import make_factory
 from harmonyrl.types import Message, Task
 
 TOK = HarmonyTokenizer.load_default()
@@ -19,14 +19,14 @@ TOK = HarmonyTokenizer.load_default()
 
 def test_prompts_are_classified_by_the_room_they_leave() -> None:
     # budget 100, turn 10: rooms 60, 10 (a full turn), 9 (short), 1 (short), 0 and -20 (none)
-    fit = prompt_fit([40, 90, 91, 99, 100, 120], max_seq_len=100, max_new_tokens=10)
-    assert fit == PromptFit(checked=6, longest=120, no_room=2, short_room=2)
-    assert fit.warning(100, 10) == (
+    fit = PromptFit((40, 90, 91, 99, 100, 120), max_seq_len=100, max_new_tokens=10)
+    assert (fit.no_room, fit.short_room) == (2, 2)
+    assert fit.warning() == (
         "4 of 6 checked prompts (longest 120 tokens) leave less than max_new_tokens=10 of rollout.max_seq_len=100 "
         "(2 leave none): those episodes end truncated whatever the model does; try rollout.max_seq_len=256"
     )
-    assert prompt_fit([40, 90], 100, 10).warning(100, 10) is None
-    assert prompt_fit([], 100, 10).warning(100, 10) is None
+    assert PromptFit((40, 90), 100, 10).warning() is None
+    assert PromptFit((), 100, 10).warning() is None
 
 
 def test_lengths_are_the_agent_loops_rendering() -> None:
@@ -34,8 +34,8 @@ def test_lengths_are_the_agent_loops_rendering() -> None:
     lengths = asyncio.run(prompt_lengths(factory, TOK, factory.tasks("train")))
     assert len(lengths) == 4 and all(100 < n < 400 for n in lengths)
     longest = max(lengths)
-    assert asyncio.run(check_prompt_fit(factory, TOK, max_seq_len=longest + 64, max_new_tokens=64)) is None
-    warning = asyncio.run(check_prompt_fit(factory, TOK, max_seq_len=longest, max_new_tokens=64))
+    assert PromptFit(tuple(lengths), longest + 64, 64).warning() is None
+    warning = PromptFit(tuple(lengths), longest, 64).warning()
     assert warning is not None and f"longest {longest} tokens" in warning and "leave none" in warning
 
 
@@ -57,12 +57,15 @@ def test_an_env_that_fails_to_reset_is_left_out_not_raised() -> None:
 
 
 def test_train_and_eval_print_the_warning_for_an_env_that_does_not_fit() -> None:
-    out = io.StringIO()
-    console = Console(file=out, width=400, color_system=None)
-    small = load_config(None, ["env.name=browse"])
-    asyncio.run(warn_if_prompts_do_not_fit(small, make_factory(small), TOK, console))
-    assert out.getvalue().startswith("warning: env browse: ") and "try rollout.max_seq_len=" in out.getvalue()
-    out.truncate(0)
-    roomy = load_config(None, ["env.name=browse", "rollout.max_seq_len=2048"])
-    asyncio.run(warn_if_prompts_do_not_fit(roomy, make_factory(roomy), TOK, console))
-    assert out.getvalue() == ""
+    def printed(overrides: list[str]) -> str:
+        out = io.StringIO()
+        config = load_config(None, overrides)
+        r = config.rollout
+        console = Console(file=out, width=400, color_system=None)
+        asyncio.run(warn_if_prompts_do_not_fit(make_factory(config), TOK, r.max_seq_len, r.max_new_tokens, console))
+        return out.getvalue()
+
+    small = printed(["env.name=browse"])
+    assert small.startswith("warning: env browse: ") and "try rollout.max_seq_len=" in small
+    assert printed(["env.name=browse", "rollout.max_seq_len=2048"]) == ""
+    assert printed([]) == ""  # the default run fits

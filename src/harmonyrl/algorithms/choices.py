@@ -14,33 +14,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from harmonyrl.algorithms.kl import KLEstimator
 from harmonyrl.algorithms.losses import AggregationMode
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
+from harmonyrl.frozen import Frozen
 
 # ---- advantage estimators ------------------------------------------------------------------------------
 
 
-class GRPO(_Frozen):
+class GRPO(Frozen):
     """Group-relative: ``(r - mean_group) / std_group``; ``std_normalize=False`` is Dr.GRPO's estimator."""
 
     kind: Literal["grpo"] = "grpo"
     std_normalize: bool = True
 
 
-class RLOO(_Frozen):
+class RLOO(Frozen):
     """Leave-one-out baseline: ``r_i - mean_{j≠i} r_j`` within the group."""
 
     kind: Literal["rloo"] = "rloo"
 
 
-class ReinforcePP(_Frozen):
+class ReinforcePP(Frozen):
     """REINFORCE++: token returns whitened over the batch; ``group_baseline`` subtracts the group mean first."""
 
     kind: Literal["reinforce_pp"] = "reinforce_pp"
@@ -48,7 +44,7 @@ class ReinforcePP(_Frozen):
     gamma: float = Field(1.0, ge=0, le=1)
 
 
-class GAE(_Frozen):
+class GAE(Frozen):
     """GAE with a learned value head (PPO with a critic); value loss clipped at ``value_clip``."""
 
     kind: Literal["gae"] = "gae"
@@ -58,7 +54,7 @@ class GAE(_Frozen):
     value_clip: float | None = Field(0.2, gt=0)
 
 
-class A2C(_Frozen):
+class A2C(Frozen):
     """One-step advantage with a value baseline: ``r_t + γ V_{t+1} - V_t`` (GAE with λ = 0)."""
 
     kind: Literal["a2c"] = "a2c"
@@ -71,7 +67,7 @@ Advantage = Annotated[GRPO | RLOO | ReinforcePP | GAE | A2C, Field(discriminator
 # ---- policy losses -------------------------------------------------------------------------------------
 
 
-class PPOClip(_Frozen):
+class PPOClip(Frozen):
     """PPO clipped surrogate; ``clip_high > clip_low`` is clip-higher; ``dual_clip`` bounds negative advantages."""
 
     kind: Literal["ppo_clip"] = "ppo_clip"
@@ -80,7 +76,7 @@ class PPOClip(_Frozen):
     dual_clip: float | None = Field(None, gt=1)
 
 
-class GSPOLoss(_Frozen):
+class GSPOLoss(Frozen):
     """GSPO: length-normalised sequence ratio, clipped at the paper's scale (3e-4 / 4e-4)."""
 
     kind: Literal["gspo"] = "gspo"
@@ -88,13 +84,13 @@ class GSPOLoss(_Frozen):
     clip_high: float = Field(4e-4, ge=0)
 
 
-class PolicyGradient(_Frozen):
+class PolicyGradient(Frozen):
     """Plain REINFORCE loss ``-A · logp`` (no ratio, no clipping)."""
 
     kind: Literal["pg"] = "pg"
 
 
-class SoftQ(_Frozen):
+class SoftQ(Frozen):
     """The off-policy, maximum-entropy row: logits are soft Q-values, π = softmax(Q / α), trained on a soft
     Bellman residual over episodes replayed from a buffer; α tuned towards ``target_entropy`` (SAC-style)."""
 
@@ -119,7 +115,7 @@ PolicyLoss = Annotated[PPOClip | GSPOLoss | PolicyGradient | SoftQ, Field(discri
 # ---- KL and guards -------------------------------------------------------------------------------------
 
 
-class KLControl(_Frozen):
+class KLControl(Frozen):
     """KL to the reference (the RL start) as a loss term or as a reward penalty; ``coef = 0`` turns it off."""
 
     coef: float = Field(0.0, ge=0)
@@ -127,7 +123,7 @@ class KLControl(_Frozen):
     use: Literal["loss", "reward"] = "loss"
 
 
-class Guards(_Frozen):
+class Guards(Frozen):
     """Stability guards. A tripped guard skips the whole RL step: its updates are rolled back (never applied,
     so never checkpointed nor sent to the engine), it is counted in ``guard/skipped_steps``, and the reason
     is reported. ``None`` disables a check."""

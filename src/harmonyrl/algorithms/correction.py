@@ -24,19 +24,16 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from harmonyrl.algorithms.kl import KLEstimator, kl_estimate
+from harmonyrl.frozen import Frozen
 
 WeightLevel = Literal["token", "sequence", "geometric"]
 LOG_WEIGHT_CLAMP = 20.0
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class TruncatedIS(_Frozen):
+class TruncatedIS(Frozen):
     """Truncated importance sampling (TIS): ``w ← min(w, high)``."""
 
     mode: Literal["truncate"] = "truncate"
@@ -48,7 +45,7 @@ class TruncatedIS(_Frozen):
     """Divide weights by their mean over the kept tokens of the batch."""
 
 
-class MaskedIS(_Frozen):
+class MaskedIS(Frozen):
     """Masked importance sampling (MIS): ``w ← w · [low ≤ w ≤ high]``."""
 
     mode: Literal["mask"] = "mask"
@@ -71,7 +68,7 @@ class MaskedIS(_Frozen):
 ISConfig = Annotated[TruncatedIS | MaskedIS, Field(discriminator="mode")]
 
 
-class Rejection(_Frozen):
+class Rejection(Frozen):
     """Reject tokens (or whole sequences) whose sampler/trainer KL estimate is too large."""
 
     level: Literal["token", "sequence"] = "token"
@@ -82,7 +79,7 @@ class Rejection(_Frozen):
     """Reject when |estimate| > threshold."""
 
 
-class RolloutCorrectionConfig(_Frozen):
+class RolloutCorrectionConfig(Frozen):
     weights: ISConfig | None = None
     """Importance weighting; None trains with weight 1."""
     rejection: Rejection | None = None

@@ -1,7 +1,7 @@
 """From the typed ``env`` config to an environment factory and its scripted expert (for the SFT warm start).
 
 A ``match`` on the config type, not a string registry: adding an environment means adding its config class to
-the union in :mod:`harmonyrl.config` and one case here, and a typo in ``env.name`` is a config error.
+the union in :mod:`harmonyrl.envs.config` and one case here, and a typo in ``env.name`` is a config error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import functools
 import random
 from collections.abc import Callable
 
-from harmonyrl.config import (
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.config import (
     BrowseEnvConfig,
     CalculatorEnvConfig,
     EnvConfig,
@@ -22,7 +23,6 @@ from harmonyrl.config import (
     RewardWeightsConfig,
     SqlEnvConfig,
 )
-from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.types import Message, Task
 

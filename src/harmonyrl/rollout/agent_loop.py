@@ -59,6 +59,12 @@ def initial_messages(env: Env, first: Sequence[Message]) -> list[Message]:
     return [system, developer_message(env.instructions, tools), *first]
 
 
+async def first_prompt(env: Env, codec: Codec) -> tuple[list[Message], list[int]]:
+    """Reset ``env``; return the episode's opening messages and their prompt ids (up to the assistant's turn)."""
+    messages = initial_messages(env, await env.reset())
+    return messages, render_prompt(codec, messages, next_role="assistant")
+
+
 class _Builder:
     """Accumulates the token stream with its loss mask and sampler log-probs (all the same length)."""
 
@@ -125,8 +131,8 @@ async def run_episode(
     ``transcript``, if given, receives the turns as they happen (a turn whose tool call is still running is
     there with no observations yet), so a caller that cancels the episode or sees it raise still has what
     the model did up to that point for the episode record."""
-    messages = initial_messages(env, await env.reset())
-    stream = _Builder(render_prompt(codec, messages, next_role="assistant"))
+    messages, prompt_ids = await first_prompt(env, codec)
+    stream = _Builder(prompt_ids)
     turns: list[Turn] = [] if transcript is None else transcript
     reward, terminated, truncated = 0.0, False, False
     failure: Failure | None = None

@@ -29,7 +29,7 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, num_parameters
 from harmonyrl.rollout.agent_loop import EpisodeLimits
-from harmonyrl.rollout.fit import check_prompt_fit
+from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.rollout.store import step_path, write_step
 from harmonyrl.telemetry.episodes import append_episodes
@@ -143,16 +143,6 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
     return model
 
 
-async def warn_if_prompts_do_not_fit(
-    config: RunConfig, factory: EnvFactory, tok: HarmonyTokenizer, console: Console
-) -> None:
-    """A yellow line when the env's prompts leave no room to generate (see :mod:`harmonyrl.rollout.fit`)."""
-    r = config.rollout
-    warning = await check_prompt_fit(factory, tok, r.max_seq_len, r.max_new_tokens)
-    if warning:
-        console.print(f"[yellow]warning:[/] env {factory.name}: {warning}")
-
-
 def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
     r = config.rollout
     dtype = torch.bfloat16 if r.engine_dtype == "bfloat16" else torch.float32
@@ -259,7 +249,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
         f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}{where}"
     )
-    await warn_if_prompts_do_not_fit(config, factory, tok, console)
+    await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
 
     # 1. supervised warm start on the (imperfect) expert's demonstrations
     in_rl = saved is not None and saved.phase == "rl"
@@ -398,7 +388,7 @@ async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> di
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = load_for(checkpoint, tok)
-    await warn_if_prompts_do_not_fit(config, factory, tok, console)
+    await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)
     with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):
         metrics = await held_out_eval(config, engine, factory, tok, limits)()
