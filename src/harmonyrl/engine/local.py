@@ -4,11 +4,20 @@ How it runs: ``generate`` validates, enqueues and awaits a future. One worker co
 the caller's event loop) repeats *admit → step → advance*:
 
 * admit: pending requests take free cache slots (FIFO, up to ``max_batch``); cancelled ones are dropped.
-* step: in a single dedicated worker thread (``run_in_executor``), so agent loops and tool threads keep
-  running meanwhile: a batched prefill of the newly admitted prompts plus one batched decode step for the
-  rows already running, then one batched sampling call for all of them.
+* step: a batched prefill of the newly admitted prompts plus one batched decode step for the rows already
+  running, then one batched sampling call for all of them. It runs on the event loop's own thread, then
+  yields once, so every agent loop whose generation just finished runs before the next step (and its next
+  request joins that step). Tool threads keep running throughout.
 * advance: append the sampled tokens, finish rows (stop id / ``max_new_tokens`` / ``max_seq_len``), free
   their slots, resolve futures. New requests therefore join, and finished ones leave, between decode steps.
+
+Why the loop's thread and not a worker thread: the step is torch work, and torch's OpenMP thread team is
+per calling thread. A worker thread needs a second team next to the trainer's; two teams of 2 on 2 cores
+make libgomp's barriers sleep and wake on every op (measured: a micro × 32-row decode step 6 ms → 14 ms,
+and the trainer's main-thread ops slow down as much afterwards), so a worker had to run on 1 thread, which
+halves prefill speed. On the loop's thread the engine shares the trainer's team at full width
+(``benchmarks/engine.py``: 0.87 → 0.66–0.72 s; ``benchmarks/overlap.py``: 10.2 → 12.8 episodes/s). What
+the loop thread gives up, overlapping agent-side Python with a step, was little: both hold the GIL.
 
 The engine owns a private deep copy of the model (the trainer keeps training its own); ``load_weights``
 copies new weights in between RL steps.
@@ -21,7 +30,6 @@ import copy
 import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -77,17 +85,11 @@ class LocalEngine:
         max_seq_len: int = 1024,
         dtype: torch.dtype = torch.float32,
         sinks: bool = True,
-        compute_threads: int = 1,
         record_routing: bool = True,
     ) -> None:
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
         self.max_batch = max_batch
-        self.compute_threads = compute_threads
-        """Intra-op threads of the engine's worker thread. 1 by default, measured: a second OpenMP team in the
-        worker thread thrashes with the trainer's team in the main thread (a decode step of micro × 32 rows
-        took 12 ms in the worker at 2 threads, 6.4 ms at 1, 5 ms on the main thread), and the main thread
-        keeps all its threads for training."""
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
         self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
@@ -98,7 +100,6 @@ class LocalEngine:
         self._pending: deque[_Request] = deque()
         self._active: list[_Request] = []
         self._free: list[int] = list(range(max_batch))
-        self._executor: ThreadPoolExecutor | None = None
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
@@ -145,9 +146,7 @@ class LocalEngine:
             self._wakeup.set()
             await asyncio.wait([worker])
         self._abandon_all()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-        self._executor, self._worker, self._loop, self._wakeup = None, None, None, None
+        self._worker, self._loop, self._wakeup = None, None, None
         self._closing = False
 
     @property
@@ -169,20 +168,12 @@ class LocalEngine:
         if self._worker is not None and not self._worker.done():
             raise RuntimeError("LocalEngine is already serving another running event loop")
         self._abandon_all()  # requests left by a previous (dead) loop can never be resolved
-        if self._executor is None:
-            # one thread: steps never overlap, even across event loops
-            self._executor = ThreadPoolExecutor(
-                max_workers=1,
-                thread_name_prefix="harmonyrl-engine",
-                initializer=torch.set_num_threads,
-                initargs=(self.compute_threads,),
-            )
         self._loop, self._wakeup = loop, asyncio.Event()
         self._worker = loop.create_task(self._run(), name="harmonyrl-engine")
 
     async def _run(self) -> None:
-        assert self._loop is not None and self._wakeup is not None and self._executor is not None
-        loop, wakeup, executor = self._loop, self._wakeup, self._executor
+        assert self._wakeup is not None
+        wakeup = self._wakeup
         try:
             while not self._closing:
                 self._drop_cancelled()
@@ -193,11 +184,12 @@ class LocalEngine:
                 new, old = self._admit(), sorted(self._active, key=lambda r: r.slot)
                 self._active.extend(new)
                 try:
-                    tokens, logprobs = await loop.run_in_executor(executor, self._compute, new, old)
+                    tokens, logprobs = self._compute(new, old)
                 except Exception as exc:  # a failed step fails its requests, not the engine
                     self._finish_all(new + old, exc)
-                    continue
-                self._advance(new + old, tokens, logprobs)
+                else:
+                    self._advance(new + old, tokens, logprobs)
+                await asyncio.sleep(0)  # let the agent loops just resolved send their next requests
         except BaseException as exc:
             self._abandon_all(exc if isinstance(exc, Exception) else None)
             raise
@@ -259,7 +251,7 @@ class LocalEngine:
         self._active.clear()
         self._free = list(range(self.max_batch))
 
-    # ---------------------------------------------------------------- compute (worker thread)
+    # ---------------------------------------------------------------- compute
 
     def _compute(self, new: list[_Request], old: list[_Request]) -> tuple[list[int], list[float]]:
         """Prefill ``new`` rows, decode ``old`` rows, sample all; returns host lists in ``new + old`` order."""
