@@ -7,8 +7,9 @@ import torch
 from harmonyrl.algorithms.choices import GRPO
 from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.trainer import rl
 from harmonyrl.trainer.batch import collate, score
-from harmonyrl.trainer.rl import prepare, rl_update, token_advantages
+from harmonyrl.trainer.rl import prepare, rl_update, single_pass, token_advantages
 from harmonyrl.types import Failure, Trajectory
 
 VOCAB = 97
@@ -79,17 +80,22 @@ def test_failed_episode_has_zero_loss_mask() -> None:
     assert batch.loss_mask[-1].sum() == 0 and batch.loss_mask[0].sum() > 0
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
 @pytest.mark.parametrize("make_batch", [_batch, _shared_prefix_batch])
-def test_on_policy_ratio_is_exactly_one_on_moe_model(make_batch: Callable[[], list[Trajectory]]) -> None:
-    # invariant 4: one epoch, one minibatch → the first forward's ratio is 1.0 bit for bit (MoE included)
+def test_on_policy_ratio_is_exactly_one_on_moe_model(make_batch: Callable[[], list[Trajectory]], epochs: int) -> None:
+    # invariant 4: the first forward's ratio is 1.0 bit for bit (MoE included); with 2 epochs the old log-probs
+    # come from a separate no-grad pass, with 1 from the update's own pass (``single_pass``)
     model = _model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    prepared = prepare(make_batch(), RLConfig(epochs=1, minibatches=1), pad_id=0)
+    cfg = RLConfig(epochs=epochs, minibatches=1)
+    prepared = prepare(make_batch(), cfg, pad_id=0)
     assert prepared is not None
-    metrics = rl_update(model, opt, prepared, RLConfig(epochs=1, minibatches=1), ref_model=None)
+    assert single_pass(cfg, prepared.batch.size, None) == (epochs == 1)
+    metrics = rl_update(model, opt, prepared, cfg, ref_model=None)
     assert metrics["train/ratio_max_dev_first_mb"] == 0.0
-    assert metrics["train/clip_fraction"] == 0.0
     assert metrics["train/grad_norm"] > 0
+    if epochs == 1:  # a second epoch runs after an update: its ratios may clip
+        assert metrics["train/clip_fraction"] == 0.0
 
 
 def test_no_grad_and_grad_forward_are_bitwise_equal() -> None:
@@ -164,3 +170,34 @@ def test_score_entropy_has_gradient_only_when_asked() -> None:
     assert ent.requires_grad
     ent.sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+@pytest.mark.parametrize("make_batch", [_batch, _shared_prefix_batch])
+def test_single_pass_update_equals_the_two_pass_update(
+    make_batch: Callable[[], list[Trajectory]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # skipping the no-grad old-policy pass must change nothing: same weights after the step, same metrics
+    cfg = RLConfig(epochs=1, minibatches=1, entropy_coef=0.01)
+    results = []
+    for single in (True, False):
+        monkeypatch.setattr(rl, "single_pass", lambda *_, s=single: s)
+        model, ref = _model(), _model().eval()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        prepared = prepare(make_batch(), cfg, pad_id=0)
+        assert prepared is not None
+        results.append((rl_update(model, opt, prepared, cfg, ref_model=ref), model.state_dict()))
+    (m1, w1), (m2, w2) = results
+    assert m1 == m2 and "mismatch/kl_k1" in m1 and "routing/load_cv" in m1
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert any(not torch.equal(w1[k], _model().state_dict()[k]) for k in w1)  # the step did move the weights
+
+
+def test_single_pass_only_when_nothing_reads_old_logprobs_before_the_update() -> None:
+    from harmonyrl.algorithms.correction import RolloutCorrectionConfig, TruncatedIS
+
+    assert single_pass(RLConfig(), 8, None)
+    assert not single_pass(RLConfig(minibatches=2), 8, None)
+    assert single_pass(RLConfig(minibatches=2), 1, None)  # one episode is one minibatch
+    assert not single_pass(RLConfig(), 8, torch.nn.Linear(2, 1))  # critic values feed the advantages
+    assert not single_pass(RLConfig(correction=RolloutCorrectionConfig(weights=TruncatedIS())), 8, None)
+    assert not single_pass(RLConfig(routing_replay="r2"), 8, None)
