@@ -6,8 +6,9 @@ the caller's event loop) repeats *admit → step → advance*:
 * admit: pending requests take free cache slots (FIFO, up to ``max_batch``); cancelled ones are dropped.
 * step: a batched prefill of the newly admitted prompts plus one batched decode step for the rows already
   running, then one batched sampling call for all of them. It runs on the event loop's own thread, then
-  yields once, so every agent loop whose generation just finished runs before the next step (and its next
-  request joins that step). Tool threads keep running throughout.
+  yields once: every agent loop whose generation just finished runs up to its next ``await`` first, so a
+  request it sends at once joins the next step. Tool threads keep running during a step; coroutines
+  (async tools, timeouts) wait for its end, at most one step late.
 * advance: append the sampled tokens, finish rows (stop id / ``max_new_tokens`` / ``max_seq_len``), free
   their slots, resolve futures. New requests therefore join, and finished ones leave, between decode steps.
 
