@@ -2,7 +2,9 @@
 
 The order mirrors the data flow: filter → collate → no-grad passes (old log-probs and values, reference) →
 rollout correction → token rewards (+ KL penalty) → advantages → epochs × minibatches of policy loss
-(+ value loss, KL loss, entropy bonus) → stability guards. The first pass also records the MoE routing
+(+ value loss, KL loss, entropy bonus) → stability guards → metrics. When the update is a single pass that
+nothing before the loss reads old log-probs for (:func:`single_pass`, the default config), that pass
+supplies them and the no-grad pass is skipped. The first pass also records the MoE routing
 (``routing/*`` metrics); with ``routing_replay`` r2 / r3 every pass routes by a fixed record
 (:mod:`harmonyrl.trainer.routing`). The math lives in :mod:`harmonyrl.algorithms`;
 which function runs is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft-Q row
@@ -166,7 +168,7 @@ def _no_grad_pass(
 
 def single_pass(cfg: RLConfig, batch_size: int, critic: torch.nn.Module | None) -> bool:
     """Whether the update's one forward pass can also be the old-policy pass (saving a no-grad pass over the
-    batch, about a quarter of the update's time): one epoch of one minibatch, so the weights have not moved
+    batch: ~30 % of the update's time): one epoch of one minibatch, so the weights have not moved
     when the loss needs the old log-probs; and nothing needs them *before* that pass: no critic values, no
     importance weights or rejection, no KL penalty in the reward, no R2 record to route by."""
     c = cfg.correction
@@ -243,9 +245,10 @@ def rl_update(
                 rows = idx[row : row + mb.size]
                 mb_mask = m[rows, :w]
                 share = _units(mb_mask, cfg.aggregation) / total
-                routing = mb_routing(model, mb, replay) if replay or single else None
+                routing = mb_routing(model, mb, True) if replay else None
                 if single:  # the no-grad pass would have recorded the trainer's routing: this pass does
-                    recorded.append(routing)  # type: ignore[arg-type]
+                    routing = mb_routing(model, mb, False)
+                    recorded.append(routing)
                 scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=cfg.entropy_coef > 0,
                                value_head=value_head if value_cfg is not None else None, routing=routing)  # fmt: skip
                 if single:  # ``old_logp`` is ``trainer_old`` detached: the ratio of this pass is exactly 1
