@@ -2,7 +2,7 @@
 
 Why not call the HF model with a ``DynamicCache``? Per-step Python overhead (mask builders, cache objects,
 output dataclasses) dominates at our model sizes, and the HF cache cannot hold rows of different lengths
-that join and leave between steps. This module reuses the HF parameters and the HF ``mlp`` modules (so MoE
+that join and leave between steps. This module reuses the HF parameters and the HF ``router`` modules (so MoE
 routing is the trainer's, token for token) and re-implements only attention around a preallocated cache:
 
 * cache ``k``/``v``: ``[layers, slots, kv_heads, max_seq_len, head_dim]``; a slot is one in-flight request.
@@ -84,6 +84,54 @@ class DenseExperts:
         )
 
 
+@dataclass(frozen=True)
+class SplitExperts:
+    """One layer's experts for :func:`sparse_moe`: ``w1`` ``[E, hidden, 2I]`` with each expert's gate columns
+    first and up columns second (HF interleaves them: gate = even, up = odd), ``b1`` ``[E, 2I]`` likewise."""
+
+    w1: torch.Tensor
+    b1: torch.Tensor
+
+    @staticmethod
+    def of(experts: torch.nn.Module) -> SplitExperts:
+        two_i = experts.gate_up_proj.shape[2]
+        order = torch.cat([torch.arange(0, two_i, 2), torch.arange(1, two_i, 2)])
+        return SplitExperts(
+            w1=experts.gate_up_proj.detach()[:, :, order].contiguous(),
+            b1=experts.gate_up_proj_bias.detach()[:, order].contiguous(),
+        )
+
+
+def sparse_moe(mlp: torch.nn.Module, split: SplitExperts, x: torch.Tensor) -> torch.Tensor:
+    """The GPT-OSS MoE block on many tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, each through its top-k.
+
+    Routing is the layer's own ``router`` module. Token-expert pairs are grouped by expert, each expert runs
+    its two GEMMs on its contiguous group (GEMM, then bias, as transformers' grouped-experts path does), and
+    each token sums its k weighted outputs in top-k order: the same ops in the same order as the ``mlp``
+    module, so the result is its bit for bit (tested), at about half its time on CPU. The gain is the
+    de-interleaved gate/up columns (:class:`SplitExperts`): the gate math reads contiguous rows, not every
+    other float.
+    """
+    _, scores, idx = mlp.router(x)  # [N, k] each
+    experts, (n, k), half = mlp.experts, idx.shape, split.w1.shape[2] // 2
+    order = idx.reshape(-1).argsort(stable=True)  # pair p = token p // k, its (p % k)-th choice
+    counts = torch.bincount(idx.reshape(-1), minlength=split.w1.shape[0]).tolist()
+    grouped = x[order // k]
+    outs, start = [], 0
+    for e, count in enumerate(counts):
+        if count:
+            h = (grouped[start : start + count] @ split.w1[e]).add_(split.b1[e])
+            gate = h[:, :half].clamp(max=experts.limit)
+            up = h[:, half:].clamp(min=-experts.limit, max=experts.limit)
+            act = (up + 1) * (gate * torch.sigmoid(gate * experts.alpha))
+            outs.append((act @ experts.down_proj[e]).add_(experts.down_proj_bias[e]))
+            start += count
+    weighted = torch.cat(outs) * scores.reshape(-1)[order, None]
+    unsorted = torch.empty_like(weighted)
+    unsorted[order] = weighted
+    return unsorted.view(n, k, -1).sum(dim=1)
+
+
 def dense_moe(mlp: torch.nn.Module, flat: DenseExperts, x: torch.Tensor) -> torch.Tensor:
     """The GPT-OSS MoE block on few tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, all experts densely.
 
@@ -92,7 +140,7 @@ def dense_moe(mlp: torch.nn.Module, flat: DenseExperts, x: torch.Tensor) -> torc
     rewritten as two plain GEMMs over all ``E`` experts, non-selected experts weighted 0:
     ``sum_e w_e (act_e @ D_e + b_e) == concat_e(w_e act_e) @ vstack_e(D_e) + w @ b``.
     For a decode step (N = batch) this replaces HF's sort / histc / grouped_mm dispatch (~20 small ops)
-    with 2 GEMMs; it costs E/k x the expert FLOPs, so prefill (N large) uses the ``mlp`` module instead.
+    with 2 GEMMs; it costs E/k x the expert FLOPs, so prefill (N large) uses :func:`sparse_moe` instead.
     Results differ from the sparse path only by fp32 summation order (~1e-7).
     """
     _, scores, idx = mlp.router(x)
@@ -145,12 +193,14 @@ class LeanForward:
         self.qkv_w: list[torch.Tensor] = []
         self.qkv_b: list[torch.Tensor | None] = []
         self.experts: list[DenseExperts] = []
+        self.split: list[SplitExperts] = []
         self.refresh()
 
     def refresh(self) -> None:
         """Rebuild the fused q/k/v and flattened expert weights from the model's current parameters."""
         self.qkv_w, self.qkv_b = [], []
         self.experts = [DenseExperts.of(layer.mlp.experts) for layer in self.layers]
+        self.split = [SplitExperts.of(layer.mlp.experts) for layer in self.layers]
         for layer in self.layers:
             att = layer.self_attn
             self.qkv_w.append(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach())
@@ -171,15 +221,15 @@ class LeanForward:
         return sinks if self.use_sinks else torch.full_like(sinks, float("-inf"))
 
     def _block_tail(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Output projection, residual, then the MoE on ``[B, T, hidden]`` (see :func:`dense_moe`)."""
+        """Output projection, residual, then the MoE on ``[B, T, hidden]``: :func:`dense_moe` for one token per
+        row (decode), :func:`sparse_moe` for many (prefill)."""
         layer = self.layers[i]
         b, _, t, _ = attn.shape
         x = x + layer.self_attn.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
         normed = _rms(layer.post_attention_layernorm, x)
         if t == 1:
             return x + dense_moe(layer.mlp, self.experts[i], normed.view(b, -1)).view(b, 1, -1)
-        moe, _ = layer.mlp(normed)
-        return x + moe
+        return x + sparse_moe(layer.mlp, self.split[i], normed.view(b * t, -1)).view(b, t, -1)
 
     def _rope_tables(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin ``[B, 1, T, D/2]`` at per-row positions ``[B, T]``, looked up in a table that the model's own
