@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from harmonyrl.algorithms.choices import GRPO
+from harmonyrl.algorithms.correction import RolloutCorrectionConfig, TruncatedIS
 from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer import rl
@@ -193,8 +194,6 @@ def test_single_pass_update_equals_the_two_pass_update(
 
 
 def test_single_pass_only_when_nothing_reads_old_logprobs_before_the_update() -> None:
-    from harmonyrl.algorithms.correction import RolloutCorrectionConfig, TruncatedIS
-
     assert single_pass(RLConfig(), 8, None)
     assert not single_pass(RLConfig(minibatches=2), 8, None)
     assert single_pass(RLConfig(minibatches=2), 1, None)  # one episode is one minibatch
