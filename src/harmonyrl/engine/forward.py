@@ -55,9 +55,8 @@ def sink_attention(
     g = h // kvh
     scores = torch.matmul(q.reshape(b, kvh, g * t, d), k.transpose(2, 3)) * (d**-0.5)
     scores = scores.view(b, h, t, s) + mask
-    sink = sinks.view(1, h, 1, 1).expand(b, h, t, 1)
-    combined = torch.cat([scores, sink], dim=-1)
-    combined = combined - combined.amax(dim=-1, keepdim=True)
+    combined = torch.cat([scores, sinks.view(1, h, 1, 1).expand(b, h, t, 1)], dim=-1)
+    # HF shifts by the row max first; softmax does that shift itself, computed the same way: same bits
     probs = torch.softmax(combined, dim=-1)[..., :-1]
     out = torch.matmul(probs.reshape(b, kvh, g * t, s), v)
     return out.view(b, h, t, d)
@@ -65,8 +64,9 @@ def sink_attention(
 
 @dataclass(frozen=True)
 class DenseExperts:
-    """One layer's experts flattened for :func:`dense_moe`: ``w1`` ``[hidden, E·2I]``, ``b1`` ``[E·2I]``,
-    ``w2`` ``[E·I, hidden]``, ``b2`` ``[E, hidden]``."""
+    """One layer's experts flattened for :func:`dense_moe`: ``w1`` ``[hidden, E·2I]``, ``b1`` ``[E·2I]`` with
+    each expert's gate columns first and up columns second (as :class:`SplitExperts`), ``w2`` ``[E·I, hidden]``,
+    ``b2`` ``[E, hidden]``."""
 
     w1: torch.Tensor
     b1: torch.Tensor
@@ -76,9 +76,10 @@ class DenseExperts:
     @staticmethod
     def of(experts: torch.nn.Module) -> DenseExperts:
         e, hidden, two_i = experts.gate_up_proj.shape
+        split = SplitExperts.of(experts)
         return DenseExperts(
-            w1=experts.gate_up_proj.detach().permute(1, 0, 2).reshape(hidden, e * two_i).contiguous(),
-            b1=experts.gate_up_proj_bias.detach().reshape(e * two_i),
+            w1=split.w1.permute(1, 0, 2).reshape(hidden, e * two_i).contiguous(),
+            b1=split.b1.reshape(e * two_i),
             w2=experts.down_proj.detach().reshape(e * two_i // 2, hidden),
             b2=experts.down_proj_bias.detach(),
         )
@@ -113,17 +114,14 @@ def sparse_moe(mlp: torch.nn.Module, split: SplitExperts, x: torch.Tensor) -> to
     other float.
     """
     _, scores, idx = mlp.router(x)  # [N, k] each
-    experts, (n, k), half = mlp.experts, idx.shape, split.w1.shape[2] // 2
+    experts, (n, k) = mlp.experts, idx.shape
     order = idx.reshape(-1).argsort(stable=True)  # pair p = token p // k, its (p % k)-th choice
     counts = torch.bincount(idx.reshape(-1), minlength=split.w1.shape[0]).tolist()
     grouped = x[order // k]
     outs, start = [], 0
     for e, count in enumerate(counts):
         if count:
-            h = (grouped[start : start + count] @ split.w1[e]).add_(split.b1[e])
-            gate = h[:, :half].clamp(max=experts.limit)
-            up = h[:, half:].clamp(min=-experts.limit, max=experts.limit)
-            act = (up + 1) * (gate * torch.sigmoid(gate * experts.alpha))
+            act = _swiglu(experts, (grouped[start : start + count] @ split.w1[e]).add_(split.b1[e]))
             outs.append((act @ experts.down_proj[e]).add_(experts.down_proj_bias[e]))
             start += count
     weighted = torch.cat(outs) * scores.reshape(-1)[order, None]
@@ -136,24 +134,38 @@ def dense_moe(mlp: torch.nn.Module, flat: DenseExperts, x: torch.Tensor) -> torc
     """The GPT-OSS MoE block on few tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, all experts densely.
 
     Routing comes from the layer's own ``router`` module, so expert choice and weights are the trainer's.
-    The expert math is HF's (interleaved gate/up, clamped SwiGLU via the module's ``_apply_gate``, biases),
-    rewritten as two plain GEMMs over all ``E`` experts, non-selected experts weighted 0:
+    The expert math is HF's (clamped SwiGLU, biases) over de-interleaved gate/up columns, rewritten as two
+    plain GEMMs over all ``E`` experts, non-selected experts weighted 0:
     ``sum_e w_e (act_e @ D_e + b_e) == concat_e(w_e act_e) @ vstack_e(D_e) + w @ b``.
     For a decode step (N = batch) this replaces HF's sort / histc / grouped_mm dispatch (~20 small ops)
     with 2 GEMMs; it costs E/k x the expert FLOPs, so prefill (N large) uses :func:`sparse_moe` instead.
     Results differ from the sparse path only by fp32 summation order (~1e-7).
     """
     _, scores, idx = mlp.router(x)
-    n, e = x.shape[0], flat.b2.shape[0]
+    n, e, experts = x.shape[0], flat.b2.shape[0], mlp.experts
     weights = torch.zeros(n, e, dtype=x.dtype).scatter_(1, idx, scores)  # [N, E], 0 for unrouted experts
-    act = mlp.experts._apply_gate(torch.addmm(flat.b1, x, flat.w1).view(n, e, -1))  # [N, E, I]
+    act = _swiglu(experts, torch.addmm(flat.b1, x, flat.w1).view(n, e, -1))  # [N, E, I]
     return torch.addmm(weights @ flat.b2, (act * weights[:, :, None]).view(n, -1), flat.w2)
 
 
+def _swiglu(experts: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """HF's clamped SwiGLU (``GptOssExperts._apply_gate``, same ops in the same order) on ``h`` ``[..., 2I]``
+    laid out gate columns first, up columns second → ``[..., I]``."""
+    half = h.shape[-1] // 2
+    gate = h[..., :half].clamp(max=experts.limit)
+    up = h[..., half:].clamp(min=-experts.limit, max=experts.limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * experts.alpha))
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate halves of ``x`` ``[B, heads, T, D]`` by ``cos``/``sin`` ``[B, 1, T, D/2]`` (HF GPT-OSS RoPE)."""
-    first, second = torch.chunk(x, 2, dim=-1)
-    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+    """HF GPT-OSS RoPE on ``x`` ``[B, heads, T, D]`` with doubled tables ``cos`` = ``[cos, cos]`` and ``sin`` =
+    ``[-sin, sin]`` ``[B, 1, T, D]`` (see :meth:`LeanForward._rope_tables`): ``x·cos + swap_halves(x)·sin``.
+
+    Per half that is ``first·cos + second·(-sin)`` and ``second·cos + first·sin``: HF's ``first·cos - second·sin``
+    and ``second·cos + first·sin`` to the bit (``a - b`` is ``a + (-b)`` in IEEE), in 4 ops instead of 8.
+    """
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    return x * cos + swapped * sin
 
 
 class KVCache:
@@ -168,11 +180,30 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype)
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's weights as the engine reads them (rebuilt by :meth:`LeanForward.refresh`), so a
+    decode step calls ``F.linear`` / ``F.rms_norm`` on plain tensors instead of going through modules."""
+
+    norm_w: torch.Tensor  # input RMSNorm weight, fp32
+    post_w: torch.Tensor  # post-attention RMSNorm weight, fp32
+    eps: float  # both norms' epsilon (the config's rms_norm_eps)
+    qkv_w: torch.Tensor  # q/k/v projections fused: [(H + 2·KVH)·D, hidden]
+    qkv_b: torch.Tensor | None
+    o_w: torch.Tensor
+    o_b: torch.Tensor | None
+    sinks: torch.Tensor  # [H]; all -inf for a sink-less engine
+    mlp: torch.nn.Module  # its router module routes (and records routing); its experts give limit and alpha
+    dense: DenseExperts
+    split: SplitExperts
+    sliding: bool
+
+
 class LeanForward:
     """Prefill / decode over the parameters of ``model`` (which the caller owns and keeps private).
 
     Call :meth:`refresh` after the model's weights change: q/k/v projections are fused into one matrix
-    ``[(H + 2·KVH)·D, hidden]`` here (one GEMM instead of three per layer).
+    ``[(H + 2·KVH)·D, hidden]`` here (one GEMM instead of three per layer), and the experts re-laid out.
     """
 
     def __init__(self, model: GptOssForCausalLM, max_batch: int, max_seq_len: int, sinks: bool = True) -> None:
@@ -190,71 +221,79 @@ class LeanForward:
         dtype = model.lm_head.weight.dtype
         self.cache = KVCache(len(self.layers), max_batch, self.kv_heads, max_seq_len, self.head_dim, dtype)
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.qkv_w: list[torch.Tensor] = []
-        self.qkv_b: list[torch.Tensor | None] = []
-        self.experts: list[DenseExperts] = []
-        self.split: list[SplitExperts] = []
+        self._arange = torch.arange(max_seq_len)
+        self._layers: list[_Layer] = []
         self.refresh()
 
     def refresh(self) -> None:
-        """Rebuild the fused q/k/v and flattened expert weights from the model's current parameters."""
-        self.qkv_w, self.qkv_b = [], []
-        self.experts = [DenseExperts.of(layer.mlp.experts) for layer in self.layers]
-        self.split = [SplitExperts.of(layer.mlp.experts) for layer in self.layers]
-        for layer in self.layers:
-            att = layer.self_attn
-            self.qkv_w.append(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach())
+        """Rebuild every :class:`_Layer` from the model's current parameters."""
+        self._layers = []
+        for layer, sliding in zip(self.layers, self.sliding, strict=True):
+            att, mlp = layer.self_attn, layer.mlp
             biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
-            self.qkv_b.append(None if biases[0] is None else torch.cat(biases).detach())  # type: ignore[arg-type]
+            self._layers.append(
+                _Layer(
+                    norm_w=layer.input_layernorm.weight.detach().float(),
+                    post_w=layer.post_attention_layernorm.weight.detach().float(),
+                    eps=layer.input_layernorm.variance_epsilon,
+                    qkv_w=torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach(),
+                    qkv_b=None if biases[0] is None else torch.cat(biases).detach(),  # type: ignore[arg-type]
+                    o_w=att.o_proj.weight.detach(),
+                    o_b=None if att.o_proj.bias is None else att.o_proj.bias.detach(),
+                    sinks=att.sinks.detach() if self.use_sinks else torch.full_like(att.sinks, float("-inf")),
+                    mlp=mlp,
+                    dense=DenseExperts.of(mlp.experts),
+                    split=SplitExperts.of(mlp.experts),
+                    sliding=sliding,
+                )
+            )
 
     def _qkv(
         self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Normed hidden ``x`` ``[B, T, hidden]`` → roped q ``[B, H, T, D]``, roped k and v ``[B, KVH, T, D]``."""
         b, t, _ = x.shape
-        qkv = F.linear(x, self.qkv_w[i], self.qkv_b[i]).view(b, t, -1, self.head_dim).transpose(1, 2)
+        layer = self._layers[i]
+        qkv = F.linear(x, layer.qkv_w, layer.qkv_b).view(b, t, -1, self.head_dim).transpose(1, 2)
         qk = _rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # one rotation for q and k together
         return qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :]
 
-    def _sinks(self, layer: torch.nn.Module) -> torch.Tensor:
-        sinks = layer.self_attn.sinks
-        return sinks if self.use_sinks else torch.full_like(sinks, float("-inf"))
-
     def _block_tail(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Output projection, residual, then the MoE on ``[B, T, hidden]``: :func:`dense_moe` for one token per
-        row (decode), :func:`sparse_moe` for many (prefill)."""
-        layer = self.layers[i]
+        row, :func:`sparse_moe` for many."""
+        layer = self._layers[i]
         b, _, t, _ = attn.shape
-        x = x + layer.self_attn.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
-        normed = _rms(layer.post_attention_layernorm, x)
+        x = x + F.linear(attn.transpose(1, 2).reshape(b, t, -1), layer.o_w, layer.o_b)
+        normed = _rms(x, layer.post_w, layer.eps)
         if t == 1:
-            return x + dense_moe(layer.mlp, self.experts[i], normed.view(b, -1)).view(b, 1, -1)
-        return x + sparse_moe(layer.mlp, self.split[i], normed.view(b * t, -1)).view(b, t, -1)
+            return x + dense_moe(layer.mlp, layer.dense, normed.view(b, -1)).view(b, 1, -1)
+        return x + sparse_moe(layer.mlp, layer.split, normed.view(b * t, -1)).view(b, t, -1)
 
     def _rope_tables(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin ``[B, 1, T, D/2]`` at per-row positions ``[B, T]``, looked up in a table that the model's own
-        ``rotary_emb`` filled once for every position (each entry is computed elementwise, so a lookup is
-        bit-identical to calling it per step, minus ~10 small ops per decode step)."""
+        """Doubled cos/sin ``[B, 1, T, D]`` (see :func:`_rope`) at per-row positions ``[B, T]``, looked up in a
+        table that the model's own ``rotary_emb`` filled once for every position (each entry is computed
+        elementwise, so a lookup is bit-identical to calling it per step, minus ~10 small ops per step)."""
         if self._rope is None or self._rope[0].dtype != x.dtype:
-            every = torch.arange(self.cache.k.shape[3])[None]
-            cos, sin = self.model.model.rotary_emb(x, every)
-            self._rope = (cos[0], sin[0])  # [max_seq_len, D/2]
+            cos, sin = self.model.model.rotary_emb(x, self._arange[None])
+            cos, sin = cos[0], sin[0]  # [max_seq_len, D/2]
+            self._rope = (torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1))
         cos_t, sin_t = self._rope
         return cos_t[pos].unsqueeze(1), sin_t[pos].unsqueeze(1)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on last hidden states ``[B, hidden]`` → fp32 logits ``[B, V]``."""
-        return self.model.lm_head(_rms(self.model.model.norm, h)).float()
+        norm = self.model.model.norm
+        return F.linear(_rms(h, norm.weight.float(), norm.variance_epsilon), self.model.lm_head.weight).float()
 
     def _row_masks(self, pos: torch.Tensor, span: int, dtype: torch.dtype) -> dict[bool, torch.Tensor]:
         """Additive masks ``[B, 1, 1, span]`` for one query per row at positions ``pos`` ``[B]``, keyed by
         "is a sliding layer". Sliding keeps keys ``> pos - window`` (HF's ``sliding_window_overlay``)."""
-        k_pos, q_pos = torch.arange(span)[None, :], pos[:, None]
-        full = k_pos <= q_pos
+        dist = pos[:, None] - self._arange[:span]  # [B, span]: query position minus key position
+        full = dist >= 0
         shape = (pos.shape[0], 1, 1, span)
         return {
             False: _additive(full, dtype).view(shape),
-            True: _additive(full & (k_pos > q_pos - self.window), dtype).view(shape),
+            True: _additive(full & (dist < self.window), dtype).view(shape),
         }
 
     def _prompt_masks(self, start: int, t: int, dtype: torch.dtype) -> dict[bool, torch.Tensor]:
@@ -291,7 +330,7 @@ class LeanForward:
             if i == len(self.layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
                 masks = self._row_masks(start + last, span, x.dtype)
-            attn = sink_attention(q, k, v, self._sinks(layer), masks[self.sliding[i]])
+            attn = sink_attention(q, k, v, self._layers[i].sinks, masks[self.sliding[i]])
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
 
@@ -311,7 +350,7 @@ class LeanForward:
             keys.append(k[0])
             values.append(v[0])
             if i < len(self.layers) - 1:  # the last layer's output is never read
-                x = self._block_tail(i, x, sink_attention(q, k, v, self._sinks(layer), masks[self.sliding[i]]))
+                x = self._block_tail(i, x, sink_attention(q, k, v, self._layers[i].sinks, masks[self.sliding[i]]))
         return torch.stack(keys), torch.stack(values)
 
     def load_prefix(self, kv: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor) -> None:
@@ -330,29 +369,32 @@ class LeanForward:
         contiguous run (the usual case: slots are handed out lowest-first) keys are a view, not a gather.
         """
         b, span = tokens.shape[0], max(positions) + 1
+        heads, kv = self.heads, self.kv_heads
         pos, slot_t = torch.tensor(positions), torch.tensor(slots)
-        x = self.model.model.embed_tokens(tokens)[:, None, :]
-        cos, sin = self._rope_tables(x, pos[:, None])
+        x = F.embedding(tokens, self.model.model.embed_tokens.weight)  # [B, hidden]
+        cos, sin = self._rope_tables(x, pos)  # [B, 1, D]
         masks = self._row_masks(pos, span, x.dtype)
         starts = {False: 0, True: max(0, min(positions) - self.window + 1)}
         lo = slots[0]
         rows: slice | torch.Tensor = slice(lo, lo + b) if slots == list(range(lo, lo + b)) else slot_t
-        for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(i, _rms(layer.input_layernorm, x), cos, sin)
+        for i, layer in enumerate(self._layers):
+            qkv = F.linear(_rms(x, layer.norm_w, layer.eps), layer.qkv_w, layer.qkv_b).view(b, -1, self.head_dim)
+            qk = _rope(qkv[:, : heads + kv], cos, sin)  # [B, H + KVH, D]
             ck, cv = self.cache.k[i], self.cache.v[i]
-            ck[slot_t, :, pos] = k[:, :, 0]
-            cv[slot_t, :, pos] = v[:, :, 0]
-            start = starts[self.sliding[i]]
+            ck[slot_t, :, pos] = qk[:, heads:]
+            cv[slot_t, :, pos] = qkv[:, heads + kv :]
+            start = starts[layer.sliding]
             keys, values = ck[rows, :, start:span], cv[rows, :, start:span]
-            mask = masks[self.sliding[i]][..., start:]
-            attn = sink_attention(q, keys, values, self._sinks(layer), mask)
-            x = self._block_tail(i, x, attn)
-        return self._logits(x[:, 0])
+            mask = masks[layer.sliding][..., start:]
+            attn = sink_attention(qk[:, :heads, None], keys, values, layer.sinks, mask)  # [B, H, 1, D]
+            x = x + F.linear(attn.view(b, -1), layer.o_w, layer.o_b)
+            x = x + dense_moe(layer.mlp, layer.dense, _rms(x, layer.post_w, layer.eps))
+        return self._logits(x)
 
 
-def _rms(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The module's RMSNorm (same weight and eps) as one fused op instead of ~7 eager ones."""
-    return F.rms_norm(x.float(), (x.shape[-1],), norm.weight.float(), norm.variance_epsilon).to(x.dtype)
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """An HF RMSNorm (fp32 ``weight``, ``eps``) as one fused op instead of ~7 eager ones."""
+    return F.rms_norm(x.float(), (x.shape[-1],), weight, eps).to(x.dtype)
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
