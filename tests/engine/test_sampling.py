@@ -37,3 +37,15 @@ def test_samples_follow_softmax_and_top_k_renormalises() -> None:
     top2, _ = sample(logits.expand(n, 4), rows(n, torch.arange(n), temperature=2.0, top_k=2))
     freq2 = torch.bincount(top2, minlength=4).float() / n
     torch.testing.assert_close(freq2, torch.softmax(torch.tensor([1.0, 0.5, -1e9, -1e9]), -1), atol=0.015, rtol=0)
+
+
+def test_shortcut_flags_change_no_sample() -> None:
+    """``any_greedy=False`` / ``unit_temperature=True`` (set by the engine when they hold) skip work, not bits."""
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(0))
+    safe = rows(6, torch.arange(6))  # defaults: assume a greedy row and a non-unit temperature
+    fast = RowParams(**{**vars(safe), "any_greedy": False, "unit_temperature": True})
+    for got, want in zip(sample(logits, fast), sample(logits, safe), strict=True):
+        assert torch.equal(got, want)
+    mixed = RowParams(**{**vars(safe), "temperature": torch.tensor([0.0, 1.0, 0.5, 0.0, 2.0, 1.0])})
+    tokens, _ = sample(logits, mixed)
+    assert tokens[0] == logits[0].argmax() and tokens[3] == logits[3].argmax()

@@ -58,10 +58,20 @@ def gumbel_noise(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) ->
     """Gumbel noise ``[B, V]`` (fp32), a pure function of ``keys`` ``[B]``, ``counters`` ``[B]`` (the index of
     the token within its request) and the vocab index."""
     row = _mix32(_mix32(keys & _M32) ^ (counters & _M32))
-    bits = _mix32((row[:, None] + _vocab_offsets(vocab_size)[None, :]) & _M32)
+    bits = _mix32_((row[:, None] + _vocab_offsets(vocab_size)[None, :]).bitwise_and_(_M32))
     # top 23 bits + 0.5 are exact in fp32, so u lies strictly inside (0, 1): no log(0)
-    u = ((bits >> 9).float() + 0.5) * (1.0 / 2**23)
-    return -torch.log(-torch.log(u))
+    u = bits.bitwise_right_shift_(9).float().add_(0.5).mul_(1.0 / 2**23)
+    return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: [B, V] is the step's largest tensor
+
+
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """:func:`_mix32` in place on a fresh ``x`` (same ops, same bits, no temporaries of ``x``'s size)."""
+    x ^= x >> 16
+    x.mul_(0x7FEB352D).bitwise_and_(_M32)
+    x ^= x >> 15
+    x.mul_(0x1B873593).bitwise_and_(_M32)
+    x ^= x >> 16
+    return x
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ class RowParams:
     keys: torch.Tensor  # int64 seed keys (see :func:`seed_key`)
     counters: torch.Tensor  # int64 token index within the request
     filtered: bool  # any row with top-k or top-p active (skips the sort otherwise)
+    any_greedy: bool = True  # any row with temperature 0 (skips the plain argmax otherwise)
+    unit_temperature: bool = False  # every row at temperature 1 (skips the division otherwise)
 
 
 def _filter(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -100,12 +112,15 @@ def sample(logits: torch.Tensor, rows: RowParams) -> tuple[torch.Tensor, torch.T
     Returns ``(tokens [B] int64, logprobs [B] fp32)``; logprobs are of the unmodified distribution.
     """
     greedy = rows.temperature <= 0
-    temp = torch.where(greedy, torch.ones_like(rows.temperature), rows.temperature)
-    scaled = logits / temp[:, None]
+    if rows.unit_temperature:
+        scaled = logits
+    else:
+        scaled = logits / torch.where(greedy, torch.ones_like(rows.temperature), rows.temperature)[:, None]
     if rows.filtered:
         scaled = _filter(scaled, rows.top_k, rows.top_p)
-    noisy = scaled + gumbel_noise(rows.keys, rows.counters, logits.shape[-1])
-    tokens = torch.where(greedy, logits.argmax(dim=-1), noisy.argmax(dim=-1))
+    tokens = (scaled + gumbel_noise(rows.keys, rows.counters, logits.shape[-1])).argmax(dim=-1)
+    if rows.any_greedy:
+        tokens = torch.where(greedy, logits.argmax(dim=-1), tokens)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
     return tokens, logprobs
 
