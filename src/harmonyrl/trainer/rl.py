@@ -208,14 +208,17 @@ def rl_update(
     # One update pass that is also the old-policy pass: see ``single_pass``. Its log-probs are filled in below,
     # before the loss reads them; everything else that reads them runs after the update.
     single = single_pass(cfg, batch.size, critic)
-    recorded: list[MoeRouting] = []
+    recorded: list[MoeRouting] = []  # the single pass's per-micro-batch routing, joined after the loop
+    routed: TrainerRouting | None = None
     if single:
         trainer_old, old_values = torch.zeros_like(batch.loss_mask), None
     else:
         trainer_old, old_values, routed = _no_grad_pass(model, batch, critic, replay=cfg.routing_replay == "r3")
     replay = cfg.routing_replay != "none"
-    # R2: every later pass of this step routes as this first pass did; R3 keeps the sampler's routing
-    train_batch = replace(batch, routing=routed.used) if cfg.routing_replay == "r2" else batch
+    train_batch = batch
+    if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
+        assert routed is not None, "single_pass() is never chosen under R2"
+        train_batch = replace(batch, routing=routed.used)
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
@@ -293,7 +296,7 @@ def rl_update(
             optimizer.step()
         if tripped is not None:
             break
-    if single:
+    if routed is None:
         routed = join_routing(recorded, batch.input_ids.shape[1])
     metrics = mismatch_metrics(trainer_old, batch.sampler_logprobs, batch.loss_mask, correction)
     metrics.update(routing_metrics(batch, routed, int(model.config.num_experts_per_tok)))
