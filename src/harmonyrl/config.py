@@ -78,6 +78,9 @@ class RolloutConfig(Frozen):
     """Engine slots: how many sequences decode together."""
     engine_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the embedded engine (the trainer stays fp32); the gap shows in ``mismatch/*``."""
+    prefix_cache_mib: float = Field(256.0, ge=0)
+    """Engine memory for cached prompt prefixes: environments' shared heads and finished turns, so an agent's
+    next turn prefills only the tool result (least recently used dropped first; 0 turns caching off)."""
     episode_timeout_s: float | None = Field(600.0, gt=0)
     """Wall-clock budget of one episode (null: none). On expiry the running tool or sandbox is cancelled and the
     episode is an ``episode_timeout`` environment fault (masked, counted). Generous: it is for hangs, not pacing."""

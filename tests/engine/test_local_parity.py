@@ -90,6 +90,23 @@ def test_logprobs_match_when_requests_join_mid_flight(model: GptOssForCausalLM) 
         )
 
 
+def test_rows_moved_to_fill_holes_keep_their_cache_and_routing(model: GptOssForCausalLM) -> None:
+    """Short requests in low slots finish first; the long ones above them move down (keys, values and routing
+    copied) and keep matching the trainer; a request seeded alike samples the same tokens moved or not."""
+    engine = LocalEngine(model, max_batch=6, max_seq_len=128)
+    requests = [(prompt(n, salt=3), SamplingParams(max_new_tokens=k, seed=n)) for n, k in
+                [(9, 2), (14, 40), (5, 3), (30, 45), (21, 4), (12, 35)]]  # fmt: skip
+    gens = generate_all(engine, requests)
+    assert engine.stats.slot_moves >= 2
+    alone = LocalEngine(model, max_batch=6, max_seq_len=128)
+    for (ids, params), gen in zip(requests, gens, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
+        )
+        assert gen.routing is not None and (gen.routing.ids[:, 0] >= 0).all()  # layer 0 runs at every position
+        assert generate_all(alone, [(ids, params)])[0].token_ids == gen.token_ids
+
+
 def test_greedy_matches_hf_argmax_loop(model: GptOssForCausalLM) -> None:
     engine = LocalEngine(model, max_batch=4, max_seq_len=128)
     prompts = [prompt(3), prompt(30), prompt(12)]
@@ -136,14 +153,44 @@ def test_shared_prefix_is_cached_and_logprobs_still_match_trainer(model: GptOssF
     prompts = shared_prompts(40, [1, 7, 20])
     gens = generate_all(engine, [(p, SamplingParams(max_new_tokens=30, seed=i)) for i, p in enumerate(prompts)])
     assert engine.stats.prefix_tokens_reused == 40 * 3
-    # a later request extending the same head reuses the cached prefix (and so does a longer second turn)
+    # a second turn re-sends its first turn (prompt + sampled ids) + a tool result: all it fed is reused
     second_turn = prompts[1] + list(gens[1].token_ids) + prompt(5, salt=9)
     late = generate_all(engine, [(second_turn, SamplingParams(max_new_tokens=20, seed=11))])[0]
-    assert engine.stats.prefix_tokens_reused == 40 * 4
+    assert engine.stats.prefix_tokens_reused == 40 * 3 + len(prompts[1]) + len(gens[1].token_ids) - 1
     for ids, gen in [*zip(prompts, gens, strict=True), (second_turn, late)]:
         torch.testing.assert_close(
             torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
         )
+
+
+def test_concurrent_second_turns_reuse_their_conversations_and_match_trainer(model: GptOssForCausalLM) -> None:
+    """Continuing turns of different lengths and a brand-new prompt in one step: per-row prefill starts
+    (ragged), tails from 2 to 41 tokens (split into calls by padding), all still the trainer's log-probs."""
+    engine = LocalEngine(model, max_batch=8, max_seq_len=160)
+    firsts = [prompt(n, salt=50 + n) for n in (18, 33, 47)]
+    turn1 = generate_all(engine, [(p, SamplingParams(max_new_tokens=n, seed=i)) for i, (p, n) in
+                                  enumerate(zip(firsts, (12, 25, 6), strict=True))])  # fmt: skip
+    reused = engine.stats.prefix_tokens_reused
+    seconds = [p + list(g.token_ids) + prompt(k, salt=60 + k) for p, g, k in zip(firsts, turn1, (1, 9, 3), strict=True)]
+    requests = [*seconds, prompt(41, salt=70)]
+    turn2 = generate_all(engine, [(p, SamplingParams(max_new_tokens=30, seed=10 + i)) for i, p in enumerate(requests)])
+    fed = sum(len(p) + len(g.token_ids) - 1 for p, g in zip(firsts, turn1, strict=True))
+    assert engine.stats.prefix_tokens_reused - reused == fed
+    for ids, gen in zip(requests, turn2, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
+        )
+
+
+def test_prefix_cache_can_be_switched_off_and_a_bad_budget_is_an_error(model: GptOssForCausalLM) -> None:
+    engine = LocalEngine(model, max_batch=8, max_seq_len=128, prefix_cache_mib=0)
+    first = prompt(30, salt=80)
+    gen = generate_all(engine, [(first, SamplingParams(max_new_tokens=8, seed=0))])[0]
+    generate_all(engine, [(first + list(gen.token_ids) + [5], SamplingParams(max_new_tokens=4, seed=1))])
+    generate_all(engine, [(p, SamplingParams(max_new_tokens=3, seed=0)) for p in shared_prompts(30, [4, 6])])
+    assert engine.stats.prefix_tokens_reused == 0 and len(engine._prefixes) == 0
+    with pytest.raises(ValueError, match="prefix_cache_mib"):
+        LocalEngine(model, prefix_cache_mib=-1)
 
 
 def test_prefix_cache_is_dropped_with_old_weights(model: GptOssForCausalLM) -> None:

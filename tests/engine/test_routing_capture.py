@@ -53,7 +53,7 @@ def test_fp32_engine_routing_equals_trainer_routing(model: GptOssForCausalLM) ->
     first = [[*shared, 40, 41, 42], [*shared, 50], [*shared, 51, 52]]
     second = [[*shared, 43], list(range(60, 67)), [70]]  # a cached-prefix hit, then rows without one
     gens = run(engine, first, n=12)
-    assert list(engine._prefixes) == [tuple(shared)]
+    assert tuple(shared) in engine._prefixes  # (beside each finished conversation)
     gens += run(engine, second, n=12)
     assert engine.stats.prefix_tokens_reused == 4 * len(shared)
     layers = len(model.model.layers)
@@ -68,6 +68,25 @@ def test_fp32_engine_routing_equals_trainer_routing(model: GptOssForCausalLM) ->
         own = trainer_routing(model, prompt + list(gen.token_ids))[:fed]
         same = (own.sort(-1).values == ids.long().sort(-1).values).all(-1)
         assert same[known].all()
+
+
+def test_a_continued_conversation_carries_its_first_turns_routing(model: GptOssForCausalLM) -> None:
+    engine = LocalEngine(model, max_batch=4, max_seq_len=128)
+    first_prompt = list(range(10, 40))
+    first = run(engine, [first_prompt], n=10)[0]
+    assert first.routing is not None
+    fed_first = len(first_prompt) + len(first.token_ids) - 1
+    second_prompt = first_prompt + list(first.token_ids) + [5, 6, 7]
+    second = run(engine, [second_prompt], n=8)[0]
+    assert engine.stats.prefix_tokens_reused == fed_first  # the whole first turn came from the cache
+    assert second.routing is not None
+    ids = second.routing.ids
+    assert torch.equal(ids[:fed_first], first.routing.ids)  # copied with its keys and values
+    own = trainer_routing(model, second_prompt + list(second.token_ids))[: ids.shape[0]]
+    known = (ids >= 0).all(-1)
+    assert known[fed_first:, :-1].all() and known[len(second_prompt) - 1 :].all()
+    same = (own.sort(-1).values == ids.long().sort(-1).values).all(-1)
+    assert same[known].all()
 
 
 def test_routing_can_be_switched_off(model: GptOssForCausalLM) -> None:

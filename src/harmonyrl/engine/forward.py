@@ -6,12 +6,13 @@ that join and leave between steps. This module reuses the HF parameters and the 
 routing is the trainer's, token for token) and re-implements only attention around a preallocated cache:
 
 * cache ``k``/``v``: ``[layers, slots, kv_heads, max_seq_len, head_dim]``; a slot is one in-flight request.
-* prefill: newly admitted prompts, right-padded to ``[n, T]``; every row starts at the same position (0,
-  or the length of a shared prefix whose keys/values were copied into the slots), so one causal (or
-  sliding-window) mask serves all rows; padded queries compute garbage that is never read (valid queries
-  never see a padded key: it lies in their future).
+* prefill: newly admitted prompts' tails, right-padded to ``[n, T]``, each after the cached prefix already
+  copied into its slot (see :mod:`harmonyrl.engine.prefix_cache`). When every row starts at the same
+  position one causal (or sliding-window) mask serves all rows; otherwise each row gets its own. Padded
+  queries compute garbage that is never read (valid queries never see a padded key: it lies in their future).
+  MoE as :func:`~harmonyrl.engine.moe.sparse_moe`.
 * decode: one token per active row at per-row positions ``[B]``; keys ``0..max(pos)`` of each row's slot,
-  masked per row. The MoE of a decode step runs as :func:`dense_moe` (same router module, same routing).
+  masked per row. MoE as :func:`~harmonyrl.engine.moe.dense_moe`.
 
 The attention math lives in :func:`sink_attention` alone, so a faster kernel can replace it.
 """
@@ -23,6 +24,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers import GptOssForCausalLM
+
+from harmonyrl.engine.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
+
+EAGER_MAX_QUERIES = 16
+"""Up to this many queries per row, :func:`sink_attention` runs eager instead of the fused kernel."""
+DENSE_MAX_TOKENS = 64
+"""Up to this many tokens, a layer's MoE runs every expert densely (:func:`dense_moe`): fewer, larger ops."""
 
 
 def sink_attention(
@@ -37,15 +45,15 @@ def sink_attention(
     can attend to "nothing". Query heads are grouped by KV head (head ``h`` uses KV head ``h // G``).
 
     Two exact formulations, picked by shape because each wins where the other loses on CPU:
-    * ``T > 1`` (prefill): fused ``scaled_dot_product_attention`` with one extra all-zero key/value whose
-      mask entry is the head's sink: its logit is ``0 + sink`` and its value contributes nothing — exactly
-      "join the denominator, then drop". ~2x faster than eager at 32x160 tokens.
-    * ``T == 1`` (decode): eager, folding the group into the query axis instead of ``repeat_kv`` copies;
-      at one query per row the fused kernel's setup costs more than it saves.
+    * ``T > EAGER_MAX_QUERIES`` (prefill): fused ``scaled_dot_product_attention`` with one extra all-zero
+      key/value whose mask entry is the head's sink: its logit is ``0 + sink`` and its value contributes
+      nothing — exactly "join the denominator, then drop". ~2x faster than eager at 32x160 tokens.
+    * few queries per row (decode; a continued conversation's short tail): eager, folding the group into the
+      query axis instead of ``repeat_kv`` copies; there the fused kernel's setup costs more than it saves.
     """
     b, h, t, d = q.shape
     kvh, s = k.shape[1], k.shape[2]
-    if t > 1:
+    if t > EAGER_MAX_QUERIES:
         zero = k.new_zeros(b, kvh, 1, d)
         sink_col = sinks.to(mask.dtype).view(1, h, 1, 1).expand(mask.shape[0], h, t, 1)
         full_mask = torch.cat([mask.expand(mask.shape[0], h, t, s), sink_col], dim=-1)
@@ -60,101 +68,6 @@ def sink_attention(
     probs = torch.softmax(combined, dim=-1)[..., :-1]
     out = torch.matmul(probs.reshape(b, kvh, g * t, s), v)
     return out.view(b, h, t, d)
-
-
-@dataclass(frozen=True)
-class DenseExperts:
-    """One layer's experts flattened for :func:`dense_moe`: ``w1`` ``[hidden, E·2I]``, ``b1`` ``[E·2I]`` with
-    each expert's gate columns first and up columns second (as :class:`SplitExperts`), ``w2`` ``[E·I, hidden]``,
-    ``b2`` ``[E, hidden]``."""
-
-    w1: torch.Tensor
-    b1: torch.Tensor
-    w2: torch.Tensor
-    b2: torch.Tensor
-
-    @staticmethod
-    def of(experts: torch.nn.Module) -> DenseExperts:
-        e, hidden, two_i = experts.gate_up_proj.shape
-        split = SplitExperts.of(experts)
-        return DenseExperts(
-            w1=split.w1.permute(1, 0, 2).reshape(hidden, e * two_i).contiguous(),
-            b1=split.b1.reshape(e * two_i),
-            w2=experts.down_proj.detach().reshape(e * two_i // 2, hidden),
-            b2=experts.down_proj_bias.detach(),
-        )
-
-
-@dataclass(frozen=True)
-class SplitExperts:
-    """One layer's experts for :func:`sparse_moe`: ``w1`` ``[E, hidden, 2I]`` with each expert's gate columns
-    first and up columns second (HF interleaves them: gate = even, up = odd), ``b1`` ``[E, 2I]`` likewise."""
-
-    w1: torch.Tensor
-    b1: torch.Tensor
-
-    @staticmethod
-    def of(experts: torch.nn.Module) -> SplitExperts:
-        two_i = experts.gate_up_proj.shape[2]
-        order = torch.cat([torch.arange(0, two_i, 2), torch.arange(1, two_i, 2)])
-        return SplitExperts(
-            w1=experts.gate_up_proj.detach()[:, :, order].contiguous(),
-            b1=experts.gate_up_proj_bias.detach()[:, order].contiguous(),
-        )
-
-
-def sparse_moe(mlp: torch.nn.Module, split: SplitExperts, x: torch.Tensor) -> torch.Tensor:
-    """The GPT-OSS MoE block on many tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, each through its top-k.
-
-    Routing is the layer's own ``router`` module. Token-expert pairs are grouped by expert, each expert runs
-    its two GEMMs on its contiguous group (GEMM, then bias, as transformers' grouped-experts path does), and
-    each token sums its k weighted outputs in top-k order: the same ops in the same order as the ``mlp``
-    module, so the result is its bit for bit (tested), at about half its time on CPU. The gain is the
-    de-interleaved gate/up columns (:class:`SplitExperts`): the gate math reads contiguous rows, not every
-    other float.
-    """
-    _, scores, idx = mlp.router(x)  # [N, k] each
-    experts, (n, k) = mlp.experts, idx.shape
-    order = idx.reshape(-1).argsort(stable=True)  # pair p = token p // k, its (p % k)-th choice
-    counts = torch.bincount(idx.reshape(-1), minlength=split.w1.shape[0]).tolist()
-    grouped = x[order // k]
-    outs, start = [], 0
-    for e, count in enumerate(counts):
-        if count:
-            act = _swiglu(experts, (grouped[start : start + count] @ split.w1[e]).add_(split.b1[e]))
-            outs.append((act @ experts.down_proj[e]).add_(experts.down_proj_bias[e]))
-            start += count
-    weighted = torch.cat(outs) * scores.reshape(-1)[order, None]
-    unsorted = torch.empty_like(weighted)
-    unsorted[order] = weighted
-    return unsorted.view(n, k, -1).sum(dim=1)
-
-
-def dense_moe(mlp: torch.nn.Module, flat: DenseExperts, x: torch.Tensor) -> torch.Tensor:
-    """The GPT-OSS MoE block on few tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, all experts densely.
-
-    Routing comes from the layer's own ``router`` module, so expert choice and weights are the trainer's.
-    The expert math is HF's (clamped SwiGLU, biases) over de-interleaved gate/up columns, rewritten as two
-    plain GEMMs over all ``E`` experts, non-selected experts weighted 0:
-    ``sum_e w_e (act_e @ D_e + b_e) == concat_e(w_e act_e) @ vstack_e(D_e) + w @ b``.
-    For a decode step (N = batch) this replaces HF's sort / histc / grouped_mm dispatch (~20 small ops)
-    with 2 GEMMs; it costs E/k x the expert FLOPs, so prefill (N large) uses :func:`sparse_moe` instead.
-    Results differ from the sparse path only by fp32 summation order (~1e-7).
-    """
-    _, scores, idx = mlp.router(x)
-    n, e, experts = x.shape[0], flat.b2.shape[0], mlp.experts
-    weights = torch.zeros(n, e, dtype=x.dtype).scatter_(1, idx, scores)  # [N, E], 0 for unrouted experts
-    act = _swiglu(experts, torch.addmm(flat.b1, x, flat.w1).view(n, e, -1))  # [N, E, I]
-    return torch.addmm(weights @ flat.b2, (act * weights[:, :, None]).view(n, -1), flat.w2)
-
-
-def _swiglu(experts: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
-    """HF's clamped SwiGLU (``GptOssExperts._apply_gate``, same ops in the same order) on ``h`` ``[..., 2I]``
-    laid out gate columns first, up columns second → ``[..., I]``."""
-    half = h.shape[-1] // 2
-    gate = h[..., :half].clamp(max=experts.limit)
-    up = h[..., half:].clamp(min=-experts.limit, max=experts.limit)
-    return (up + 1) * (gate * torch.sigmoid(gate * experts.alpha))
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -259,15 +172,15 @@ class LeanForward:
         return qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :]
 
     def _block_tail(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Output projection, residual, then the MoE on ``[B, T, hidden]``: :func:`dense_moe` for one token per
-        row, :func:`sparse_moe` for many."""
+        """Output projection, residual, then the MoE on ``[B, T, hidden]``: :func:`dense_moe` for few tokens,
+        :func:`sparse_moe` for many."""
         layer = self._layers[i]
         b, _, t, _ = attn.shape
         x = x + F.linear(attn.transpose(1, 2).reshape(b, t, -1), layer.o_w, layer.o_b)
         normed = _rms(x, layer.post_w, layer.eps)
-        if t == 1:
-            return x + dense_moe(layer.mlp, layer.dense, normed.view(b, -1)).view(b, 1, -1)
-        return x + sparse_moe(layer.mlp, layer.split, normed.view(b * t, -1)).view(b, t, -1)
+        moe = dense_moe if b * t <= DENSE_MAX_TOKENS else sparse_moe
+        experts = layer.dense if b * t <= DENSE_MAX_TOKENS else layer.split
+        return x + moe(layer.mlp, experts, normed.view(b * t, -1)).view(b, t, -1)  # type: ignore[arg-type]
 
     def _rope_tables(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Doubled cos/sin ``[B, 1, T, D]`` (see :func:`_rope`) at per-row positions ``[B, T]``, looked up in a
@@ -286,11 +199,12 @@ class LeanForward:
         return F.linear(_rms(h, norm.weight.float(), norm.variance_epsilon), self.model.lm_head.weight).float()
 
     def _row_masks(self, pos: torch.Tensor, span: int, dtype: torch.dtype) -> dict[bool, torch.Tensor]:
-        """Additive masks ``[B, 1, 1, span]`` for one query per row at positions ``pos`` ``[B]``, keyed by
-        "is a sliding layer". Sliding keeps keys ``> pos - window`` (HF's ``sliding_window_overlay``)."""
-        dist = pos[:, None] - self._arange[:span]  # [B, span]: query position minus key position
+        """Additive masks ``[B, 1, T, span]`` for queries at per-row positions ``pos`` ``[B, T]`` (or ``[B]``:
+        one query per row, ``T = 1``) over keys ``0 .. span-1``, keyed by "is a sliding layer". Sliding keeps
+        keys ``> pos - window`` (HF's ``sliding_window_overlay``)."""
+        dist = pos[..., None] - self._arange[:span]  # query position minus key position
         full = dist >= 0
-        shape = (pos.shape[0], 1, 1, span)
+        shape = (pos.shape[0], 1, -1, span)
         return {
             False: _additive(full, dtype).view(shape),
             True: _additive(full & (dist < self.window), dtype).view(shape),
@@ -306,30 +220,52 @@ class LeanForward:
             True: _additive(causal & (k_idx > q_idx - self.window), dtype).view(1, 1, t, start + t),
         }
 
-    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def prefill(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor | int = 0
+    ) -> torch.Tensor:
         """Run right-padded prompt tails ``[n, T]`` (true ``lengths`` ``[n]``) into cache ``slots`` ``[n]``.
 
-        The tails sit at positions ``start .. start+T-1``; when ``start > 0`` the slots already hold the keys
-        and values of positions ``< start`` (a shared prefix, see :meth:`prefix` / :meth:`load_prefix`).
+        Row ``r``'s tail sits at positions ``starts[r] ..`` (an int: every row alike); the slot already holds
+        the keys and values of the positions before (a cached prefix, see :meth:`load_prefix`).
         Returns fp32 logits ``[n, V]`` at each prompt's last real token (the first sampled position).
         The last layer needs keys/values for every position but attention + MoE only at that last token
         per row, so it runs them on ``[n, 1]`` queries (exact; saves ~1/L of the prefill FLOPs).
+
+        When every row starts alike, one ``[1, 1, T, S]`` mask serves all rows and keys come straight from the
+        projection. Otherwise (*ragged*: rows continuing different cached conversations) each row gets its own
+        mask over keys gathered from its slot, only real tokens are written to the cache, and padded queries
+        compute garbage that is never read.
         """
         n, t = tokens.shape
-        span = start + t
+        start_t = torch.as_tensor(starts).expand(n)
+        ragged = bool((start_t != start_t[0]).any())
+        start = int(start_t[0])
         rows, last = torch.arange(n), lengths - 1
         x = self.model.model.embed_tokens(tokens)
-        cos, sin = self._rope_tables(x, torch.arange(start, span).expand(n, t))
-        masks = self._prompt_masks(start, t, x.dtype)
+        if ragged:
+            pos = start_t[:, None] + self._arange[:t]  # [n, T]
+            span = int((start_t + lengths).max())
+            real_r, real_t = (self._arange[:t] < lengths[:, None]).nonzero(as_tuple=True)
+            write_slots, write_pos = slots[real_r], pos[real_r, real_t]
+            masks = self._row_masks(pos, span, x.dtype)
+            cos, sin = self._rope_tables(x, pos.clamp(max=self._arange.shape[0] - 1))
+        else:
+            span = start + t
+            masks = self._prompt_masks(start, t, x.dtype)
+            cos, sin = self._rope_tables(x, torch.arange(start, span).expand(n, t))
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(i, layer.input_layernorm(x), cos, sin)
-            self.cache.k[i, slots, :, start:span] = k
-            self.cache.v[i, slots, :, start:span] = v
-            if start:
+            if ragged:
+                self.cache.k[i, write_slots, :, write_pos] = k[real_r, :, real_t]
+                self.cache.v[i, write_slots, :, write_pos] = v[real_r, :, real_t]
+            else:
+                self.cache.k[i, slots, :, start:span] = k
+                self.cache.v[i, slots, :, start:span] = v
+            if start or ragged:
                 k, v = self.cache.k[i, slots, :, :span], self.cache.v[i, slots, :, :span]
             if i == len(self.layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
-                masks = self._row_masks(start + last, span, x.dtype)
+                masks = self._row_masks(start_t + last, span, x.dtype)
             attn = sink_attention(q, k, v, self._layers[i].sinks, masks[self.sliding[i]])
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
@@ -359,6 +295,11 @@ class LeanForward:
         p = k.shape[2]
         self.cache.k[:, slots, :, :p] = k[:, None]
         self.cache.v[:, slots, :, :p] = v[:, None]
+
+    def move(self, src: int, dst: int, positions: int) -> None:
+        """Copy cache slot ``src``'s keys/values at positions ``0 .. positions-1`` into slot ``dst``."""
+        self.cache.k[:, dst, :, :positions] = self.cache.k[:, src, :, :positions]
+        self.cache.v[:, dst, :, :positions] = self.cache.v[:, src, :, :positions]
 
     def decode(self, tokens: torch.Tensor, positions: list[int], slots: list[int]) -> torch.Tensor:
         """One token per row: ids ``[B]`` at host ``positions`` into cache ``slots`` (both length ``B``).

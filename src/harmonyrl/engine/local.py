@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,14 +37,13 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.forward import LeanForward
+from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache
 from harmonyrl.engine.routing import EngineRouting
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
 from harmonyrl.types import Generation, Routing, SamplingParams
 
 MIN_PREFIX = 16
 """Shortest prompt prefix worth caching: shorter ones cost more in bookkeeping than they save."""
-MAX_PREFIXES = 8
-"""Cached prefixes kept (least recently used dropped first): one per environment in a typical run."""
 
 
 @dataclass
@@ -56,7 +55,9 @@ class EngineStats:
     steps: int = 0
     rows_stepped: int = 0
     prefix_tokens_reused: int = 0
-    """Prompt tokens whose keys/values came from the shared-prefix cache instead of being recomputed."""
+    """Prompt tokens whose keys/values came from the prefix cache instead of being recomputed."""
+    slot_moves: int = 0
+    """Running requests moved to a lower cache slot to keep the running set contiguous."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -87,9 +88,12 @@ class LocalEngine:
         dtype: torch.dtype = torch.float32,
         sinks: bool = True,
         record_routing: bool = True,
+        prefix_cache_mib: float = 256.0,
     ) -> None:
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
+        if not prefix_cache_mib >= 0:
+            raise ValueError(f"prefix_cache_mib must be >= 0 (0 turns prefix caching off), got {prefix_cache_mib}")
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
@@ -105,7 +109,8 @@ class LocalEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._closing = False
-        self._prefixes: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._prefixes = PrefixCache(int(prefix_cache_mib * 2**20))
+        """Keys/values of shared prompt heads and of finished conversations (:mod:`harmonyrl.engine.prefix_cache`)."""
 
     # ---------------------------------------------------------------- public API
 
@@ -182,6 +187,7 @@ class LocalEngine:
                     wakeup.clear()
                     await wakeup.wait()
                     continue
+                self._compact()
                 new, old = self._admit(), sorted(self._active, key=lambda r: r.slot)
                 self._active.extend(new)
                 try:
@@ -210,6 +216,26 @@ class LocalEngine:
         self._free.sort()  # lowest slots first keeps the active set contiguous more often
         return new
 
+    def _compact(self) -> None:
+        """Move running requests into the lowest slots, so that a decode step reads the cache as views of one
+        contiguous run of slots instead of gathering scattered ones (measured, micro × 33 rows at positions
+        130..330: 12.9 ms per decode step scattered, 8.3 ms contiguous). A move copies the positions the request
+        has fed so far, once; finished requests leave holes at any slot, so without it the holes spread."""
+        n = len(self._active)
+        used = {r.slot for r in self._active}
+        holes = [slot for slot in range(n) if slot not in used]
+        movers = sorted((r for r in self._active if r.slot >= n), key=lambda r: r.slot)
+        for request, hole in zip(movers, holes, strict=True):
+            fed = len(request.prompt) + len(request.tokens) - 1  # the last sampled token is not in the cache yet
+            self._fwd.move(request.slot, hole, fed)
+            if self._routing is not None:
+                self._routing.move(request.slot, hole, fed)
+            self._free.remove(hole)
+            self._free.append(request.slot)
+            request.slot = hole
+            self.stats.slot_moves += 1
+        self._free.sort()
+
     def _release(self, request: _Request) -> None:
         self._active.remove(request)
         self._free.append(request.slot)
@@ -225,11 +251,11 @@ class LocalEngine:
             request.logprobs.append(logprob)
             if token in request.stops or len(request.tokens) >= request.limit:
                 reason = "stop" if token in request.stops else "length"
-                routing = None
-                if self._routing is not None:  # every position fed to the model: all but the last token
-                    fed = len(request.prompt) + len(request.tokens) - 1
-                    routing = Routing(self._routing.read(request.slot, fed))
-                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, routing)
+                fed = len(request.prompt) + len(request.tokens) - 1  # every position fed: all but the last token
+                routing = self._routing.read(request.slot, fed) if self._routing is not None else None
+                self._keep_conversation(request, fed, routing)
+                kept = None if routing is None else Routing(routing.clone())
+                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, kept)
                 request.future.set_result(result)
                 self._release(request)
 
@@ -273,52 +299,57 @@ class LocalEngine:
         return out
 
     def _prefill(self, rows: list[_Request]) -> torch.Tensor:
-        """Logits ``[n, V]`` for newly admitted rows, in ``rows`` order; shared prefixes are reused."""
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, r in enumerate(rows):
-            groups.setdefault(self._prefix_for(r.prompt), []).append(i)
-        if () in groups and len(groups[()]) >= 2:  # rows no cached prefix covers: cache what they share
-            common = _common_prefix([rows[i].prompt for i in groups[()]])
+        """Logits ``[n, V]`` for newly admitted rows, in ``rows`` order; each prompt is prefilled after the
+        longest cached prefix it starts with (a shared head, or its own previous turn)."""
+        found = [self._prefixes.longest(r.prompt) for r in rows]
+        fresh = [i for i, hit in enumerate(found) if hit is None]
+        if len(fresh) >= 2 and self._prefixes.budget_bytes:  # rows nothing covers: cache the head they share
+            common = _common_prefix([rows[i].prompt for i in fresh])
             if len(common) >= MIN_PREFIX:
-                self._store_prefix(common)
-                groups.setdefault(common, []).extend(groups.pop(()))
+                entry = self._store_prefix(common)
+                for i in fresh:
+                    found[i] = (common, entry)
+        slots = torch.tensor([r.slot for r in rows])
+        if self._routing is not None:
+            self._routing.clear(slots)
+        starts = [0 if hit is None else len(hit[0]) for hit in found]
+        by_prefix: dict[tuple[int, ...], list[int]] = {}
+        for i, hit in enumerate(found):
+            if hit is not None:
+                by_prefix.setdefault(hit[0], []).append(i)
+        for prefix, idx in by_prefix.items():
+            entry = found[idx[0]][1]  # type: ignore[index]
+            self._fwd.load_prefix((entry.keys, entry.values), slots[idx])
+            if self._routing is not None and entry.routing is not None:
+                self._routing.load_prefix(entry.routing, slots[idx])
+            self.stats.prefix_tokens_reused += len(prefix) * len(idx)
         out = torch.empty(len(rows), self.vocab_size)
-        for prefix, idx in groups.items():
-            p = len(prefix)
-            tails = [rows[i].prompt[p:] for i in idx]
+        for idx in _padding_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
+            tails = [rows[i].prompt[starts[i] :] for i in idx]
             padded = torch.zeros(len(idx), max(len(t) for t in tails), dtype=torch.long)
             for j, tail in enumerate(tails):
                 padded[j, : len(tail)] = torch.tensor(tail)
-            slots = torch.tensor([rows[i].slot for i in idx])
+            lengths, group_starts = torch.tensor([len(t) for t in tails]), torch.tensor([starts[i] for i in idx])
+            out[torch.tensor(idx)] = self._fwd.prefill(padded, lengths, slots[idx], group_starts)
             if self._routing is not None:
-                self._routing.clear(slots)
-            if p:
-                self._prefixes.move_to_end(prefix)
-                self._fwd.load_prefix(self._prefixes[prefix], slots)
-                self.stats.prefix_tokens_reused += p * len(idx)
-                if self._routing is not None:
-                    self._routing.load_prefix(prefix, slots)
-            lengths = torch.tensor([len(t) for t in tails])
-            out[torch.tensor(idx)] = self._fwd.prefill(padded, lengths, slots, start=p)
-            if self._routing is not None:
-                self._routing.after_prefill(slots, p, padded.shape[1], lengths)
+                self._routing.after_prefill(slots[idx], group_starts, padded.shape[1], lengths)
         return out
 
-    def _prefix_for(self, prompt: list[int]) -> tuple[int, ...]:
-        """The longest cached prefix ``prompt`` starts with (and extends by ≥ 1 token), or ``()``."""
-        best: tuple[int, ...] = ()
-        for prefix in self._prefixes:
-            if len(best) < len(prefix) < len(prompt) and tuple(prompt[: len(prefix)]) == prefix:
-                best = prefix
-        return best
+    def _store_prefix(self, prefix: tuple[int, ...]) -> CachedPrefix:
+        keys, values = self._fwd.prefix(torch.tensor(prefix))
+        routing = self._routing.after_prefix(len(prefix)) if self._routing is not None else None
+        entry = CachedPrefix(keys, values, routing)
+        self._prefixes.put(prefix, entry)
+        return entry
 
-    def _store_prefix(self, prefix: tuple[int, ...]) -> None:
-        self._prefixes[prefix] = self._fwd.prefix(torch.tensor(prefix))
-        while len(self._prefixes) > MAX_PREFIXES:
-            self._prefixes.popitem(last=False)  # least recently used
-        if self._routing is not None:
-            self._routing.after_prefix(prefix)
-            self._routing.keep_prefixes(self._prefixes)
+    def _keep_conversation(self, request: _Request, fed: int, routing: torch.Tensor | None) -> None:
+        """Cache a finished request's keys/values (every position it fed) under the ids it fed: its agent's
+        next turn re-sends them, then prefills only the last sampled token and the tool result."""
+        if fed < MIN_PREFIX or not self._prefixes.budget_bytes:
+            return
+        cache, slot = self._fwd.cache, request.slot
+        keys, values = cache.k[:, slot, :, :fed].clone(), cache.v[:, slot, :, :fed].clone()
+        self._prefixes.put(tuple(request.prompt + request.tokens[:-1]), CachedPrefix(keys, values, routing))
 
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
@@ -342,6 +373,22 @@ class LocalEngine:
             any_greedy=any(p.temperature <= 0 for p in ps),
             unit_temperature=all(p.temperature == 1.0 for p in ps),
         )
+
+
+def _padding_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Split rows with tail ``lengths`` into prefill calls (row indices, ascending) so that padding stays at most
+    half of each call's tokens: one call is cheapest (each costs a full pass of per-op overhead) unless one long
+    tail would pad many short ones, as when a new episode's prompt joins continuing turns."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if current and (len(current) + 1) * lengths[current[0]] > 2 * (real + lengths[i]):
+            groups.append(sorted(current))
+            current, real = [], 0
+        current.append(i)
+        real += lengths[i]
+    return [*groups, sorted(current)] if current else groups
 
 
 def _common_prefix(prompts: Sequence[list[int]]) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """Routing capture for the embedded engine: which experts each position ran through, per MoE layer.
 
 How: every layer's ``mlp.router`` (the HF module that both the prefill's ``mlp`` call and the decode step's
-:func:`~harmonyrl.engine.forward.dense_moe` use) gets an instance-level ``forward`` that calls the class's and
+:func:`~harmonyrl.engine.moe.dense_moe` use) gets an instance-level ``forward`` that calls the class's and
 keeps the top-k ids of each call (the engine's model is its private copy, so nothing else sees it). Not a
 ``register_forward_hook``: a hooked module takes ``nn.Module``'s slow call path (measured at 32 rows: router
 call 21 → 29 µs with a hook, 22 µs with this wrapper). After each
@@ -11,9 +11,10 @@ twin of the KV cache. A finished request reads its slot's rows ``0 .. len(prompt
 the engine fed). No host sync and one small scatter per decode step, so the overhead is small
 (``benchmarks/routing.py``: ~2 % of the engine's busy time).
 
-Layouts (see ``LeanForward``): prefill runs layers ``0..L-2`` on all ``[n, T]`` padded positions and the
-last layer only at each row's last prompt token; :meth:`LeanForward.prefix` runs layers ``0..L-2`` on the
-prefix; decode runs every layer on one token per row. Positions a layer never ran stay ``-1``: their MoE
+Layouts (see ``LeanForward``): prefill runs layers ``0..L-2`` on all ``[n, T]`` padded positions (only the
+real ones are kept) and the last layer only at each row's last prompt token; :meth:`LeanForward.prefix` runs
+layers ``0..L-2`` on the prefix; decode runs every layer on one token per row. A cached prefix carries its
+routing, copied into the slot with its keys and values. Positions a layer never ran stay ``-1``: their MoE
 output never reached a sampled token's logits, so the trainer may route them itself.
 """
 
@@ -36,7 +37,6 @@ class EngineRouting:
         self.dtype = routing_dtype(int(router.num_experts))
         self.buffer = torch.full((slots, max_seq_len, self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
         self._calls: list[list[torch.Tensor]] = [[] for _ in mlps]
-        self._prefixes: dict[tuple[int, ...], torch.Tensor] = {}
         self._routers = [m.router for m in mlps]
         for i, router in enumerate(self._routers):
             router.forward = self._recording(i, router)
@@ -64,31 +64,29 @@ class EngineRouting:
         """Forget old routing of newly admitted ``slots`` ``[n]``."""
         self.buffer[slots] = NOT_ROUTED
 
-    def after_prefix(self, prefix: tuple[int, ...]) -> None:
-        """Keep the routing ``[P, L, k]`` of a just-computed shared prefix for :meth:`load_prefix`."""
-        ids = torch.full((len(prefix), self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
+    def after_prefix(self, length: int) -> torch.Tensor:
+        """The routing ``[P, L, k]`` of a just-computed ``length``-token shared prefix, for :meth:`load_prefix`."""
+        ids = torch.full((length, self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
         for layer, got in enumerate(self._take()):
             if got is not None:
-                ids[:, layer] = got.view(len(prefix), self.top_k)
-        self._prefixes[prefix] = ids
+                ids[:, layer] = got.view(length, self.top_k)
+        return ids
 
-    def keep_prefixes(self, live: object) -> None:
-        """Drop the routing of prefixes the engine evicted (``live``: the engine's cached prefix keys)."""
-        for key in [k for k in self._prefixes if k not in live]:  # type: ignore[operator]
-            del self._prefixes[key]
+    def load_prefix(self, ids: torch.Tensor, slots: torch.Tensor) -> None:
+        """Copy a cached prefix's routing ``[P, L, k]`` into positions ``0 .. P-1`` of ``slots`` ``[n]``."""
+        self.buffer[slots, : ids.shape[0]] = ids
 
-    def load_prefix(self, prefix: tuple[int, ...], slots: torch.Tensor) -> None:
-        self.buffer[slots, : len(prefix)] = self._prefixes[prefix]
-
-    def after_prefill(self, slots: torch.Tensor, start: int, width: int, lengths: torch.Tensor) -> None:
-        """Record a prefill of right-padded tails ``[n, width]`` at positions ``start ..`` into ``slots``."""
+    def after_prefill(self, slots: torch.Tensor, starts: torch.Tensor, width: int, lengths: torch.Tensor) -> None:
+        """Record a prefill of right-padded tails ``[n, width]``, row ``r``'s at positions ``starts[r] ..``."""
         n = slots.shape[0]
-        last = start + lengths - 1
+        real_r, real_t = (torch.arange(width) < lengths[:, None]).nonzero(as_tuple=True)
+        last = starts + lengths - 1
         for layer, got in enumerate(self._take()):
             if got is None:
                 continue
             if got.shape[0] == n * width:
-                self.buffer[slots, start : start + width, layer] = got.view(n, width, self.top_k).to(self.dtype)
+                ids = got.view(n, width, self.top_k)[real_r, real_t]
+                self.buffer[slots[real_r], starts[real_r] + real_t, layer] = ids.to(self.dtype)
             elif got.shape[0] == n:  # the last layer runs only at each row's last prompt token
                 self.buffer[slots, last, layer] = got.to(self.dtype)
             else:
@@ -103,6 +101,10 @@ class EngineRouting:
         for layer, got in enumerate(taken):
             if got is not None:
                 self.buffer[slots, positions, layer] = got.to(self.dtype)
+
+    def move(self, src: int, dst: int, positions: int) -> None:
+        """Copy slot ``src``'s routing at positions ``0 .. positions-1`` into slot ``dst`` (with its cache)."""
+        self.buffer[dst, :positions] = self.buffer[src, :positions]
 
     def read(self, slot: int, positions: int) -> torch.Tensor:
         """A copy of slot ``slot``'s routing at positions ``0 .. positions - 1``: ``[positions, L, k]``."""

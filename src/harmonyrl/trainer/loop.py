@@ -147,7 +147,12 @@ def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine,
     r = config.rollout
     dtype = torch.bfloat16 if r.engine_dtype == "bfloat16" else torch.float32
     engine = LocalEngine(
-        model, max_batch=r.max_batch, max_seq_len=r.max_seq_len, dtype=dtype, sinks=config.model.engine_sinks
+        model,
+        max_batch=r.max_batch,
+        max_seq_len=r.max_seq_len,
+        dtype=dtype,
+        sinks=config.model.engine_sinks,
+        prefix_cache_mib=r.prefix_cache_mib,
     )
     return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
 
