@@ -119,6 +119,30 @@ def test_infinite_loop_is_the_models_zero_not_a_failure(factory: HumanEvalFactor
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        "    class Any:\n        def __eq__(self, other):\n            return True\n    return Any()\n",
+        "    class Int(int):\n        def __eq__(self, other):\n            return True\n    return Int(0)\n",
+        # a metaclass whose classes equal every type: the guard compares types by identity, not ==
+        "    class Meta(type):\n        def __eq__(cls, other):\n            return True\n"
+        "        __hash__ = type.__hash__\n"
+        "    class Fake(metaclass=Meta):\n        def __eq__(self, other):\n            return True\n"
+        "    return Fake()\n",
+    ],
+)
+def test_objects_that_equal_anything_do_not_pass(factory: HumanEvalFactory, body: str) -> None:
+    result = submit(factory, "HumanEval/53", body)  # add(x, y): every assert compares with ==
+    assert (result.reward, result.info["correct"], result.info["syntax_error"]) == (0.0, 0.0, 0.0)
+
+
+def test_plain_values_pass_the_guard_in_containers() -> None:
+    namespace: dict[str, object] = {}
+    exec(he.PLAIN_GUARD.format(name="guard"), namespace)
+    guarded = namespace["guard"](lambda: [1, (2.5, "x", None), {"k": {3, frozenset({4})}}, b"y", True])  # type: ignore[operator]
+    assert guarded() == [1, (2.5, "x", None), {"k": {3, frozenset({4})}}, b"y", True]
+
+
+@pytest.mark.parametrize(
     ("body", "status"),
     [
         ("    print('x' * 10**6)\n    return x + y\n", "output_limit"),  # an output bomb

@@ -40,9 +40,17 @@ The wall-clock limit is generous so that a busy machine does not turn correct co
 grading a canonical solution took at most 0.5 s, sandbox start-up included (all 164, measured on a loaded
 2-core machine). All 164 canonical solutions pass.
 
-Not defended: code that deliberately reads its own program file for the token, or returns objects whose
-``__eq__`` is always true. A tiny model will not; a strong one under RL might, and would need a grader in a
-separate process from the code.
+**Plain values only.** The tests receive the entry point wrapped so that what it returns must be built from
+exact builtin types (``int``, ``float``, ``str``, ``bool``, ``bytes``, ``complex``, ``None``, and ``list``,
+``tuple``, ``set``, ``frozenset``, ``dict`` of those; types compared by identity). An object whose ``__eq__``
+is always true, an ``int`` subclass that compares equal to anything, or a class whose metaclass fakes its type
+makes the call raise: an outcome of 0. The wrapper is defined *before* the solution under a random name, with
+the builtins it needs bound at definition, so the solution can neither name it nor patch what it uses. All
+164 canonical solutions return plain values.
+
+Not defended: code that deliberately inspects its own process — reads its program from ``/proc`` for the
+token, or finds the wrapper among its globals and rewrites it. The solution still runs in the grader's
+process; a strong model under RL that learns that would need a grader in a separate process from the code.
 """
 
 from __future__ import annotations
@@ -181,6 +189,39 @@ def solution_program(problem: Problem, content: str) -> str | None:
 
 # ---- grading ----------------------------------------------------------------------------------------------
 
+PLAIN_GUARD = """
+def {name}(fn, _type=type, _iter=iter, _items=dict.items, _error=TypeError):
+    atoms = (int, float, str, bool, bytes, complex, _type(None))
+    containers = (list, tuple, set, frozenset)
+
+    def plain(value, depth):
+        kind = _type(value)
+        for atom in atoms:
+            if kind is atom:
+                return
+        if depth > 100:
+            raise _error("the returned value nests deeper than 100 levels")
+        for container in containers:
+            if kind is container:
+                for item in _iter(value):
+                    plain(item, depth + 1)
+                return
+        if kind is dict:
+            for key, item in _items(value):
+                plain(key, depth + 1)
+                plain(item, depth + 1)
+            return
+        raise _error("the function returned a non-builtin object")
+
+    def guarded(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        plain(result, 0)
+        return result
+
+    return guarded
+""".strip()
+"""Defined before the solution under a random name (see "Plain values only" above)."""
+
 
 @dataclass(frozen=True)
 class Grade:
@@ -199,8 +240,11 @@ async def grade(
     solution = solution_program(problem, content)
     if solution is None:
         return Grade(False, False, "syntax_error")
-    token = secrets.token_hex(16)
-    program = f"{solution}\n\n{problem.test}\n\ncheck({problem.entry_point})\nprint({token!r})\n"
+    token, guard = secrets.token_hex(16), f"_plain_{secrets.token_hex(8)}"
+    program = (
+        f"{PLAIN_GUARD.format(name=guard)}\n\n{solution}\n\n{problem.test}\n\n"
+        f"check({guard}({problem.entry_point}))\nprint({token!r})\n"
+    )
     try:
         result = await asyncio.wait_for(
             run_python(program, limits, allow_unsafe=allow_unsafe), limits.timeout_s + GRADER_SLACK_S
