@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harmonyrl.engine.local import _padding_groups
-from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache
+from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, prefill_groups
 
 
 def entry(tokens: int) -> CachedPrefix:
@@ -57,7 +56,7 @@ def test_a_negative_budget_is_an_error() -> None:
     ],
 )
 def test_padding_groups_keep_padding_at_most_half(lengths: list[int], groups: list[list[int]]) -> None:
-    assert _padding_groups(lengths) == groups
+    assert prefill_groups(lengths) == groups
     for group in groups:
         width = max(lengths[i] for i in group)
         assert len(group) * width <= 2 * sum(lengths[i] for i in group) or len(group) == 1

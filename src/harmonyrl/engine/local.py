@@ -3,14 +3,18 @@
 How it runs: ``generate`` validates, enqueues and awaits a future. One worker coroutine (started lazily on
 the caller's event loop) repeats *admit → step → advance*:
 
-* admit: pending requests take free cache slots (FIFO, up to ``max_batch``); cancelled ones are dropped.
-* step: a batched prefill of the newly admitted prompts plus one batched decode step for the rows already
-  running, then one batched sampling call for all of them. It runs on the event loop's own thread, then
+* admit: running requests are first moved down into slots that finished ones freed (so the running set is
+  one contiguous run of slots, read as views), then pending requests take the next free slots (FIFO, up to
+  ``max_batch``); cancelled ones are dropped.
+* step: a batched prefill of the newly admitted prompts (each after the longest cached prefix it starts
+  with: :mod:`harmonyrl.engine.prefix_cache`) plus one batched decode step for the rows already running,
+  then one batched sampling call for all of them. It runs on the event loop's own thread, then
   yields once: every agent loop whose generation just finished runs up to its next ``await`` first, so a
   request it sends at once joins the next step. Tool threads keep running during a step; coroutines
   (async tools, timeouts) wait for its end, at most one step late.
-* advance: append the sampled tokens, finish rows (stop id / ``max_new_tokens`` / ``max_seq_len``), free
-  their slots, resolve futures. New requests therefore join, and finished ones leave, between decode steps.
+* advance: append the sampled tokens, finish rows (stop id / ``max_new_tokens`` / ``max_seq_len``), cache
+  a finished row's keys/values for its conversation's next turn, free its slot, resolve futures. New
+  requests therefore join, and finished ones leave, between decode steps.
 
 Why the loop's thread and not a worker thread: the step is torch work, and torch's OpenMP thread team is
 per calling thread. A worker thread needs a second team next to the trainer's; two teams of 2 on 2 cores
@@ -37,7 +41,7 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.forward import LeanForward
-from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache
+from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
 from harmonyrl.engine.routing import EngineRouting
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
 from harmonyrl.types import Generation, Routing, SamplingParams
@@ -304,7 +308,7 @@ class LocalEngine:
         found = [self._prefixes.longest(r.prompt) for r in rows]
         fresh = [i for i, hit in enumerate(found) if hit is None]
         if len(fresh) >= 2 and self._prefixes.budget_bytes:  # rows nothing covers: cache the head they share
-            common = _common_prefix([rows[i].prompt for i in fresh])
+            common = common_prefix([rows[i].prompt for i in fresh])
             if len(common) >= MIN_PREFIX:
                 entry = self._store_prefix(common)
                 for i in fresh:
@@ -324,7 +328,7 @@ class LocalEngine:
                 self._routing.load_prefix(entry.routing, slots[idx])
             self.stats.prefix_tokens_reused += len(prefix) * len(idx)
         out = torch.empty(len(rows), self.vocab_size)
-        for idx in _padding_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
+        for idx in prefill_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
             tails = [rows[i].prompt[starts[i] :] for i in idx]
             padded = torch.zeros(len(idx), max(len(t) for t in tails), dtype=torch.long)
             for j, tail in enumerate(tails):
@@ -373,28 +377,3 @@ class LocalEngine:
             any_greedy=any(p.temperature <= 0 for p in ps),
             unit_temperature=all(p.temperature == 1.0 for p in ps),
         )
-
-
-def _padding_groups(lengths: Sequence[int]) -> list[list[int]]:
-    """Split rows with tail ``lengths`` into prefill calls (row indices, ascending) so that padding stays at most
-    half of each call's tokens: one call is cheapest (each costs a full pass of per-op overhead) unless one long
-    tail would pad many short ones, as when a new episode's prompt joins continuing turns."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    real = 0
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if current and (len(current) + 1) * lengths[current[0]] > 2 * (real + lengths[i]):
-            groups.append(sorted(current))
-            current, real = [], 0
-        current.append(i)
-        real += lengths[i]
-    return [*groups, sorted(current)] if current else groups
-
-
-def _common_prefix(prompts: Sequence[list[int]]) -> tuple[int, ...]:
-    """Longest common prefix of ``prompts``, leaving every prompt at least one token to prefill."""
-    limit = min(len(p) for p in prompts) - 1
-    n = 0
-    while n < limit and all(p[n] == prompts[0][n] for p in prompts):
-        n += 1
-    return tuple(prompts[0][:n])

@@ -12,6 +12,9 @@ Two kinds of entries share one least-recently-used store with a byte budget:
 An entry's keys/values are those the engine computed, prefill or decode path alike; both agree with the
 trainer's forward to fp32 rounding (tested), and the entry carries the routing that produced them, so routing
 replay stays consistent with the cache.
+
+Also here: which head new prompts share (:func:`common_prefix`) and how rows whose tails start at different
+positions are grouped into prefill calls (:func:`prefill_groups`).
 """
 
 from __future__ import annotations
@@ -92,3 +95,28 @@ class PrefixCache:
             self._lengths[len(key)] -= 1
             if not self._lengths[len(key)]:
                 del self._lengths[len(key)]
+
+
+def prefill_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Split rows with tail ``lengths`` into prefill calls (row indices, ascending) so that padding stays at most
+    half of each call's tokens: one call is cheapest (each costs a full pass of per-op overhead) unless one long
+    tail would pad many short ones, as when a new episode's prompt joins continuing turns."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if current and (len(current) + 1) * lengths[current[0]] > 2 * (real + lengths[i]):
+            groups.append(sorted(current))
+            current, real = [], 0
+        current.append(i)
+        real += lengths[i]
+    return [*groups, sorted(current)] if current else groups
+
+
+def common_prefix(prompts: Sequence[list[int]]) -> tuple[int, ...]:
+    """Longest common prefix of ``prompts``, leaving every prompt at least one token to prefill."""
+    limit = min(len(p) for p in prompts) - 1
+    n = 0
+    while n < limit and all(p[n] == prompts[0][n] for p in prompts):
+        n += 1
+    return tuple(prompts[0][:n])
