@@ -78,7 +78,7 @@ class RolloutConfig(Frozen):
     """Engine slots: how many sequences decode together."""
     engine_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the embedded engine (the trainer stays fp32); the gap shows in ``mismatch/*``."""
-    prefix_cache_mib: float = Field(256.0, ge=0)
+    prefix_cache_mib: float = Field(256.0, ge=0, allow_inf_nan=False)
     """Engine memory for cached prompt prefixes: environments' shared heads and finished turns, so an agent's
     next turn prefills only the tool result (least recently used dropped first; 0 turns caching off)."""
     episode_timeout_s: float | None = Field(600.0, gt=0)

@@ -189,8 +189,9 @@ def test_prefix_cache_can_be_switched_off_and_a_bad_budget_is_an_error(model: Gp
     generate_all(engine, [(first + list(gen.token_ids) + [5], SamplingParams(max_new_tokens=4, seed=1))])
     generate_all(engine, [(p, SamplingParams(max_new_tokens=3, seed=0)) for p in shared_prompts(30, [4, 6])])
     assert engine.stats.prefix_tokens_reused == 0 and len(engine._prefixes) == 0
-    with pytest.raises(ValueError, match="prefix_cache_mib"):
-        LocalEngine(model, prefix_cache_mib=-1)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="prefix_cache_mib"):
+            LocalEngine(model, prefix_cache_mib=bad)
 
 
 def test_prefix_cache_is_dropped_with_old_weights(model: GptOssForCausalLM) -> None:

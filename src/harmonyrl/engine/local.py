@@ -96,8 +96,8 @@ class LocalEngine:
     ) -> None:
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
-        if not prefix_cache_mib >= 0:
-            raise ValueError(f"prefix_cache_mib must be >= 0 (0 turns prefix caching off), got {prefix_cache_mib}")
+        if not 0 <= prefix_cache_mib < float("inf"):
+            raise ValueError(f"prefix_cache_mib must be finite and >= 0 (0 turns caching off), got {prefix_cache_mib}")
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
@@ -317,12 +317,11 @@ class LocalEngine:
         if self._routing is not None:
             self._routing.clear(slots)
         starts = [0 if hit is None else len(hit[0]) for hit in found]
-        by_prefix: dict[tuple[int, ...], list[int]] = {}
+        by_prefix: dict[tuple[int, ...], tuple[CachedPrefix, list[int]]] = {}
         for i, hit in enumerate(found):
             if hit is not None:
-                by_prefix.setdefault(hit[0], []).append(i)
-        for prefix, idx in by_prefix.items():
-            entry = found[idx[0]][1]  # type: ignore[index]
+                by_prefix.setdefault(hit[0], (hit[1], []))[1].append(i)
+        for prefix, (entry, idx) in by_prefix.items():
             self._fwd.load_prefix((entry.keys, entry.values), slots[idx])
             if self._routing is not None and entry.routing is not None:
                 self._routing.load_prefix(entry.routing, slots[idx])
