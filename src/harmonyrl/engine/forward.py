@@ -290,7 +290,8 @@ class LeanForward:
         return torch.stack(keys), torch.stack(values)
 
     def load_prefix(self, kv: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor) -> None:
-        """Copy a :meth:`prefix` result into positions ``0 .. P-1`` of cache ``slots`` ``[n]``."""
+        """Copy cached keys and values ``[layers, kv_heads, P, head_dim]`` (a :meth:`prefix` result, or a finished
+        conversation's) into positions ``0 .. P-1`` of cache ``slots`` ``[n]``."""
         k, v = kv
         p = k.shape[2]
         self.cache.k[:, slots, :, :p] = k[:, None]
