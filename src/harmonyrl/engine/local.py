@@ -62,10 +62,24 @@ class EngineStats:
     """Prompt tokens whose keys/values came from the prefix cache instead of being recomputed."""
     slot_moves: int = 0
     """Running requests moved to a lower cache slot to keep the running set contiguous."""
+    prompt_tokens: int = 0
+    """Prompt tokens of every admitted request (``prefix_tokens_reused`` of them came from the cache)."""
 
     @property
     def mean_batch_size(self) -> float:
         return self.rows_stepped / self.steps if self.steps else 0.0
+
+    def since(self, earlier: EngineStats, wall_s: float) -> dict[str, float]:
+        """``engine/*`` metrics of the work done since ``earlier`` (a copy of these stats) in ``wall_s`` seconds:
+        the fraction of the wall time the engine computed, rows per step, the fraction of prompt tokens that
+        came from the prefix cache, and slot moves."""
+        steps, prompt = self.steps - earlier.steps, self.prompt_tokens - earlier.prompt_tokens
+        return {
+            "engine/busy_frac": (self.busy_seconds - earlier.busy_seconds) / max(wall_s, 1e-9),
+            "engine/mean_batch": (self.rows_stepped - earlier.rows_stepped) / max(steps, 1),
+            "engine/prefix_reused_frac": (self.prefix_tokens_reused - earlier.prefix_tokens_reused) / max(prompt, 1),
+            "engine/slot_moves": float(self.slot_moves - earlier.slot_moves),
+        }
 
 
 @dataclass
@@ -326,6 +340,7 @@ class LocalEngine:
             if self._routing is not None and entry.routing is not None:
                 self._routing.load_prefix(entry.routing, slots[idx])
             self.stats.prefix_tokens_reused += len(prefix) * len(idx)
+        self.stats.prompt_tokens += sum(len(r.prompt) for r in rows)
         out = torch.empty(len(rows), self.vocab_size)
         for idx in prefill_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
             tails = [rows[i].prompt[starts[i] :] for i in idx]

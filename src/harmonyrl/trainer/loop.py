@@ -11,7 +11,7 @@ import json
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -298,6 +298,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
+        engine_before = replace(engine.stats)
         rollout = await run_episodes(
             engine, step_factory, tok, requests, params, limits, r.max_batch, r.retry_faulted_groups
         )
@@ -308,6 +309,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         if config.telemetry.record_rollouts:
             write_step(step_path(run_dir, step + 1), step + 1, rollout.trajectories)
         t1 = time.perf_counter()
+        metrics |= engine.stats.since(engine_before, t1 - t0)
         metrics |= learner.update(rollout.trajectories)
         if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
             engine.load_weights(model.state_dict())
