@@ -104,9 +104,12 @@ def main() -> None:
     for name, tokens, seconds in rows:
         print(f"{name:<24}{tokens:>8}{seconds:>10.3f}{tokens / seconds:>11.1f}")
     stats = engine.stats
+    runs, rest = REPEATS + 1, stats.busy_seconds - stats.prefill_seconds
     print(
         f"engine (warm-up + {REPEATS} runs): steps={stats.steps} mean_batch={stats.mean_batch_size:.1f} "
-        f"busy_s={stats.busy_seconds:.3f} tokens={stats.tokens_generated}"
+        f"busy_s={stats.busy_seconds:.3f} tokens={stats.tokens_generated}; per run: prefill "
+        f"{stats.prefill_seconds / runs:.3f} s, decode + sampling {rest / runs:.3f} s "
+        f"({rest / (stats.steps - runs) * 1e3:.2f} ms per step)"
     )
     ratio = (eng_tokens / eng_s) / (hf_tokens / hf_s)
     print(f"RESULT engine_vs_hf={ratio:.2f}")

@@ -56,6 +56,8 @@ class EngineStats:
 
     tokens_generated: int = 0
     busy_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    """The part of ``busy_seconds`` spent prefilling newly admitted prompts (the rest: decode and sampling)."""
     steps: int = 0
     rows_stepped: int = 0
     prefix_tokens_reused: int = 0
@@ -71,11 +73,12 @@ class EngineStats:
 
     def since(self, earlier: EngineStats, wall_s: float) -> dict[str, float]:
         """``engine/*`` metrics of the work done since ``earlier`` (a copy of these stats) in ``wall_s`` seconds:
-        the fraction of the wall time the engine computed, rows per step, the fraction of prompt tokens that
-        came from the prefix cache, and slot moves."""
+        the fraction of the wall time the engine computed (and prefilled), rows per step, the fraction of prompt
+        tokens that came from the prefix cache, and slot moves."""
         steps, prompt = self.steps - earlier.steps, self.prompt_tokens - earlier.prompt_tokens
         return {
             "engine/busy_frac": (self.busy_seconds - earlier.busy_seconds) / max(wall_s, 1e-9),
+            "engine/prefill_frac": (self.prefill_seconds - earlier.prefill_seconds) / max(wall_s, 1e-9),
             "engine/mean_batch": (self.rows_stepped - earlier.rows_stepped) / max(steps, 1),
             "engine/prefix_reused_frac": (self.prefix_tokens_reused - earlier.prefix_tokens_reused) / max(prompt, 1),
             "engine/slot_moves": float(self.slot_moves - earlier.slot_moves),
@@ -305,6 +308,7 @@ class LocalEngine:
             parts = []
             if new:
                 parts.append(self._prefill(new))
+                self.stats.prefill_seconds += time.perf_counter() - start
             if old:
                 parts.append(self._decode(old))
             logits = parts[0] if len(parts) == 1 else torch.cat(parts)
