@@ -64,7 +64,9 @@ def sink_attention(
     scores = torch.matmul(q.reshape(b, kvh, g * t, d), k.transpose(2, 3)) * (d**-0.5)
     scores = scores.view(b, h, t, s) + mask
     combined = torch.cat([scores, sinks.view(1, h, 1, 1).expand(b, h, t, 1)], dim=-1)
-    # HF shifts by the row max first; softmax does that shift itself, computed the same way: same bits
+    if combined.dtype != torch.float32:  # HF shifts by the row max first, rounding to bf16 / fp16 on the way
+        combined = combined - combined.amax(dim=-1, keepdim=True)
+    # in fp32 that shift is softmax's own, computed the same way: skipping it changes no bit
     probs = torch.softmax(combined, dim=-1)[..., :-1]
     out = torch.matmul(probs.reshape(b, kvh, g * t, s), v)
     return out.view(b, h, t, d)
