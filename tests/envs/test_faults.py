@@ -19,7 +19,7 @@ from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import RolloutResult, group_requests, run_episodes
-from harmonyrl.trainer.loop import with_faults
+from harmonyrl.trainer.setup import with_faults
 from harmonyrl.types import Generation, Message, SamplingParams
 
 TOK = HarmonyTokenizer.load_default()

@@ -34,8 +34,8 @@ from harmonyrl.rollout.store import RolloutFileError, list_steps, read_step, ste
 from harmonyrl.telemetry.episodes import episode_to_json
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.loop import load_for, make_factory, make_model, rl_start_model, setup_process
 from harmonyrl.trainer.resume import save_progress
+from harmonyrl.trainer.setup import load_for, make_factory, make_model, rl_start_model, setup_process
 from harmonyrl.types import Failure, Message, Trajectory, Turn
 
 BASE = ["model.preset=nano", "rl.steps=2", "rl.lr=0.01", "env.n_train=16", "env.n_test=4", "threads=1"]

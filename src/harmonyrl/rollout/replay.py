@@ -35,8 +35,8 @@ from harmonyrl.models.attention import set_kernel
 from harmonyrl.rollout.store import list_steps, read_step, step_path
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.loop import load_for, make_factory, rl_start_model, setup_process
 from harmonyrl.trainer.resume import last_dir
+from harmonyrl.trainer.setup import load_for, make_factory, rl_start_model, setup_process
 from harmonyrl.types import Task, Trajectory, Turn
 
 

@@ -1,0 +1,174 @@
+"""What a run is built from: process set-up, run folder and metrics sinks, environment factory, model,
+engine and held-out evaluation. :mod:`harmonyrl.trainer.loop` puts them together top to bottom."""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
+from harmonyrl.engine.local import LocalEngine
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.factory import make_factory as make_env_factory
+from harmonyrl.envs.faults import inject_faults
+from harmonyrl.errors import CheckpointError
+from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.attention import set_kernel
+from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model
+from harmonyrl.rollout.agent_loop import EpisodeLimits
+from harmonyrl.telemetry.metrics import JsonlSink
+from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
+from harmonyrl.trainer.evaluate import evaluate
+from harmonyrl.trainer.resume import Progress, load_progress, restore_rngs, rewind_files
+
+
+def setup_process(seed: int, threads: int) -> None:
+    """Process-wide set-up every command shares: seeds, threads, deterministic kernels, and quiet
+    transformers logging (our progress display is the one to watch, not its per-file load/save bars)."""
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def check_sinks(config: RunConfig) -> None:
+    """Fail before the run folder exists when an optional metrics sink's package is missing."""
+    import importlib.util
+
+    for wanted, package in ((config.telemetry.tensorboard, "tensorboard"), (config.telemetry.wandb, "wandb")):
+        if wanted and importlib.util.find_spec(package) is None:
+            raise SinkUnavailableError(
+                f"telemetry.{package}=true needs the optional '{package}' package: "
+                f"pip install 'harmonyrl[{package}]' (or set telemetry.{package}=false)"
+            )
+
+
+def open_sinks(config: RunConfig, run_dir: Path) -> MultiSink:
+    """JSONL always (``metrics.jsonl``); TensorBoard and W&B (offline) when configured."""
+    sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
+    if config.telemetry.tensorboard:
+        sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+    if config.telemetry.wandb:
+        sinks.append(WandbSink(run_dir, run_dir.name, config=config.model_dump(mode="json")))
+    return MultiSink(sinks)
+
+
+def prepare_run_dir(config: RunConfig) -> Path:
+    """A fresh run folder; refuses to reuse a non-empty one so no earlier run is overwritten."""
+    name = config.run_name or time.strftime("%Y%m%d-%H%M%S")
+    run_dir = config.output_dir / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise FileExistsError(f"run folder '{run_dir}' already exists and is not empty; choose another run_name")
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    return run_dir
+
+
+def make_factory(config: RunConfig) -> EnvFactory:
+    return make_env_factory(config.env, config.seed)
+
+
+def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) -> EnvFactory:
+    """``factory`` with injected tool faults for one RL step's rollout (``env_faults``), else ``factory``.
+
+    A fresh injector per step: its counts are that step's, and its draws depend on the step, not on what ran
+    before it, so a resumed run injects the same faults as an uninterrupted one."""
+    if faults.rate == 0.0:
+        return factory
+    return inject_faults(factory, faults.rate, faults.kinds, faults.seed * 1_000_003 + step, faults.timeout_delay_s)
+
+
+def load_for(path: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
+    """A checkpoint that must fit the shipped tokenizer (else every id would mean something else)."""
+    model = load_model(path)
+    if model.config.vocab_size != tok.vocab_size:
+        raise CheckpointError(
+            f"checkpoint '{path}' has vocab {model.config.vocab_size}, tokenizer has {tok.vocab_size}"
+        )
+    return model
+
+
+def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
+    """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
+    if config.model.init_from is not None:
+        model = load_for(config.model.init_from, tok)
+        set_kernel(model, config.model.attention)
+        return model
+    mcfg = build_config(
+        config.model.preset,
+        tok.vocab_size,
+        tok.special.endoftext,
+        tok.special.return_,
+        max_positions=max(1024, config.rollout.max_seq_len),
+    )
+    model = build_model(mcfg, seed=config.seed)
+    set_kernel(model, config.model.attention)
+    return model
+
+
+def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
+    r = config.rollout
+    dtype = torch.bfloat16 if r.engine_dtype == "bfloat16" else torch.float32
+    engine = LocalEngine(
+        model,
+        max_batch=r.max_batch,
+        max_seq_len=r.max_seq_len,
+        dtype=dtype,
+        sinks=config.model.engine_sinks,
+        prefix_cache_mib=r.prefix_cache_mib,
+    )
+    return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
+
+
+def held_out_eval(
+    config: RunConfig, engine: LocalEngine, factory: EnvFactory, tok: HarmonyTokenizer, limits: EpisodeLimits
+) -> Callable[[], Awaitable[dict[str, float]]]:
+    """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
+    tasks = factory.tasks("test")[: config.eval.n_tasks]
+    e = config.eval
+    return functools.partial(
+        evaluate, engine, factory, tok, tasks, limits, e.temperature, e.samples_per_task, config.seed
+    )
+
+
+def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Path, torch.nn.Module, Progress | None]:
+    """The run folder, the model to continue with and the saved position (None: start from the beginning).
+
+    A fresh run refuses an existing folder; a resume requires one, rewinds its files to the last checkpoint
+    and loads the weights saved there.
+    """
+    if not resume:
+        model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
+        check_sinks(config)
+        return prepare_run_dir(config), model, None
+    run_dir = config.output_dir / str(config.run_name)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"cannot resume '{run_dir}': it is not a run folder (no config.yaml)")
+    check_sinks(config)
+    saved = load_progress(run_dir)
+    rewind_files(run_dir, saved)
+    if saved is None:
+        return run_dir, make_model(config, tok), None
+    model = load_for(saved.model_dir, tok)
+    set_kernel(model, config.model.attention)
+    restore_rngs(saved.state)
+    return run_dir, model, saved
+
+
+def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
+    """The policy as RL began (the reference model of a resumed run): the SFT checkpoint, else the start."""
+    sft = run_dir / "checkpoints" / "sft"
+    if (sft / "config.json").is_file():
+        model = load_for(sft, tok)
+        set_kernel(model, config.model.attention)
+        return model
+    return make_model(config, tok)
