@@ -39,13 +39,17 @@ def test_samples_follow_softmax_and_top_k_renormalises() -> None:
     torch.testing.assert_close(freq2, torch.softmax(torch.tensor([1.0, 0.5, -1e9, -1e9]), -1), atol=0.015, rtol=0)
 
 
-def test_shortcut_flags_change_no_sample() -> None:
-    """``any_greedy=False`` / ``unit_temperature=True`` (set by the engine when they hold) skip work, not bits."""
+def test_temperature_one_and_greedy_rows_match_the_plain_formula() -> None:
+    """A batch all at T=1 skips the division, one without greedy rows skips the plain argmax: the same tokens
+    as argmax(logits / T + noise), with greedy rows taking argmax(logits)."""
     logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(0))
-    safe = rows(6, torch.arange(6))  # defaults: assume a greedy row and a non-unit temperature
-    fast = RowParams(**{**vars(safe), "any_greedy": False, "unit_temperature": True})
-    for got, want in zip(sample(logits, fast), sample(logits, safe), strict=True):
-        assert torch.equal(got, want)
-    mixed = RowParams(**{**vars(safe), "temperature": torch.tensor([0.0, 1.0, 0.5, 0.0, 2.0, 1.0])})
+    counters = torch.arange(6)
+    noise = gumbel_noise(torch.full((6,), seed_key(42), dtype=torch.int64), counters, 40)
+    tokens, _ = sample(logits, rows(6, counters))  # every row at T=1
+    assert torch.equal(tokens, (logits + noise).argmax(-1))
+    temps = torch.tensor([0.0, 1.0, 0.5, 0.0, 2.0, 1.0])
+    mixed = RowParams(**{**vars(rows(6, counters)), "temperature": temps})
     tokens, _ = sample(logits, mixed)
-    assert tokens[0] == logits[0].argmax() and tokens[3] == logits[3].argmax()
+    want = (logits / torch.where(temps > 0, temps, 1.0)[:, None] + noise).argmax(-1)
+    want = torch.where(temps > 0, want, logits.argmax(-1))
+    assert torch.equal(tokens, want)

@@ -132,20 +132,24 @@ class LeanForward:
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         self.window = int(cfg.sliding_window or max_seq_len)
-        self.sliding = [t == "sliding_attention" for t in cfg.layer_types]
         dtype = model.lm_head.weight.dtype
         self.cache = KVCache(len(self.layers), max_batch, self.kv_heads, max_seq_len, self.head_dim, dtype)
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._arange = torch.arange(max_seq_len)
         self._layers: list[_Layer] = []
+        self._final_norm: tuple[torch.Tensor, float] = (torch.empty(0), 0.0)
         self.refresh()
 
     def refresh(self) -> None:
         """Rebuild every :class:`_Layer` from the model's current parameters."""
         self._layers = []
-        for layer, sliding in zip(self.layers, self.sliding, strict=True):
+        norm = self.model.model.norm
+        self._final_norm = (norm.weight.detach().float(), norm.variance_epsilon)
+        kinds = self.model.config.layer_types
+        for layer, kind in zip(self.layers, kinds, strict=True):
             att, mlp = layer.self_attn, layer.mlp
             biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
+            split = SplitExperts.of(mlp.experts)
             self._layers.append(
                 _Layer(
                     norm_w=layer.input_layernorm.weight.detach().float(),
@@ -157,9 +161,9 @@ class LeanForward:
                     o_b=None if att.o_proj.bias is None else att.o_proj.bias.detach(),
                     sinks=att.sinks.detach() if self.use_sinks else torch.full_like(att.sinks, float("-inf")),
                     mlp=mlp,
-                    dense=DenseExperts.of(mlp.experts),
-                    split=SplitExperts.of(mlp.experts),
-                    sliding=sliding,
+                    dense=DenseExperts.of(mlp.experts, split),
+                    split=split,
+                    sliding=kind == "sliding_attention",
                 )
             )
 
@@ -197,8 +201,7 @@ class LeanForward:
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on last hidden states ``[B, hidden]`` → fp32 logits ``[B, V]``."""
-        norm = self.model.model.norm
-        return F.linear(_rms(h, norm.weight.float(), norm.variance_epsilon), self.model.lm_head.weight).float()
+        return F.linear(_rms(h, *self._final_norm), self.model.lm_head.weight).float()
 
     def _row_masks(self, pos: torch.Tensor, span: int, dtype: torch.dtype) -> dict[bool, torch.Tensor]:
         """Additive masks ``[B, 1, T, span]`` for queries at per-row positions ``pos`` ``[B, T]`` (or ``[B]``:
@@ -268,7 +271,8 @@ class LeanForward:
             if i == len(self.layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
                 masks = self._row_masks(start_t + last, span, x.dtype)
-            attn = sink_attention(q, k, v, self._layers[i].sinks, masks[self.sliding[i]])
+            spec = self._layers[i]
+            attn = sink_attention(q, k, v, spec.sinks, masks[spec.sliding])
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
 
@@ -288,7 +292,8 @@ class LeanForward:
             keys.append(k[0])
             values.append(v[0])
             if i < len(self.layers) - 1:  # the last layer's output is never read
-                x = self._block_tail(i, x, sink_attention(q, k, v, self._layers[i].sinks, masks[self.sliding[i]]))
+                spec = self._layers[i]
+                x = self._block_tail(i, x, sink_attention(q, k, v, spec.sinks, masks[spec.sliding]))
         return torch.stack(keys), torch.stack(values)
 
     def load_prefix(self, kv: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor) -> None:

@@ -392,6 +392,4 @@ class LocalEngine:
             keys=torch.tensor([r.key for r in rows], dtype=torch.int64),
             counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
             filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
-            any_greedy=any(p.temperature <= 0 for p in ps),
-            unit_temperature=all(p.temperature == 1.0 for p in ps),
         )

@@ -28,9 +28,10 @@ class DenseExperts:
     b2: torch.Tensor
 
     @staticmethod
-    def of(experts: torch.nn.Module) -> DenseExperts:
+    def of(experts: torch.nn.Module, split: SplitExperts | None = None) -> DenseExperts:
+        """``split``: the same experts' :class:`SplitExperts`, if already built (saves re-ordering them)."""
         e, hidden, two_i = experts.gate_up_proj.shape
-        split = SplitExperts.of(experts)
+        split = SplitExperts.of(experts) if split is None else split
         return DenseExperts(
             w1=split.w1.permute(1, 0, 2).reshape(hidden, e * two_i).contiguous(),
             b1=split.b1.reshape(e * two_i),

@@ -84,8 +84,6 @@ class RowParams:
     keys: torch.Tensor  # int64 seed keys (see :func:`seed_key`)
     counters: torch.Tensor  # int64 token index within the request
     filtered: bool  # any row with top-k or top-p active (skips the sort otherwise)
-    any_greedy: bool = True  # any row with temperature 0 (skips the plain argmax otherwise)
-    unit_temperature: bool = False  # every row at temperature 1 (skips the division otherwise)
 
 
 def _filter(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -112,14 +110,14 @@ def sample(logits: torch.Tensor, rows: RowParams) -> tuple[torch.Tensor, torch.T
     Returns ``(tokens [B] int64, logprobs [B] fp32)``; logprobs are of the unmodified distribution.
     """
     greedy = rows.temperature <= 0
-    if rows.unit_temperature:
-        scaled = logits
-    else:
+    any_greedy = bool(greedy.any())  # host checks (µs on CPU) that skip a [B, V] divide-by-1 and argmax
+    scaled = logits
+    if not bool((rows.temperature == 1).all()):
         scaled = logits / torch.where(greedy, torch.ones_like(rows.temperature), rows.temperature)[:, None]
     if rows.filtered:
         scaled = _filter(scaled, rows.top_k, rows.top_p)
     tokens = (scaled + gumbel_noise(rows.keys, rows.counters, logits.shape[-1])).argmax(dim=-1)
-    if rows.any_greedy:
+    if any_greedy:
         tokens = torch.where(greedy, logits.argmax(dim=-1), tokens)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
     return tokens, logprobs
