@@ -52,6 +52,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
 from harmonyrl.models.attention import register_kernels
+from harmonyrl.models.compat import cache_kwarg
 
 REPEATS = 5
 OURS, EAGER = "harmonyrl_sink_sdpa", "eager"
@@ -98,7 +99,7 @@ def make_case(layout: Layout, layer: str, t: int, kernel: str) -> Callable[[], N
         config=config,
         inputs_embeds=torch.zeros(1, t, 1),
         attention_mask=torch.ones(1, t, dtype=torch.long),
-        past_key_values=None,
+        **{cache_kwarg(build): None},
         position_ids=torch.arange(t)[None],
     )
     module = SimpleNamespace(num_key_value_groups=h // kvh, sinks=sinks, training=True)

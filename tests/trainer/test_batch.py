@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 
@@ -45,6 +47,20 @@ def test_shared_prefix_logits_equal_one_plain_pass() -> None:
         shared, plain = _forward(model, ids, attn)[0], _plain(model, ids, attn)
     real = attn.bool()
     assert torch.allclose(shared[real], plain[real], atol=1e-5)
+
+
+def test_shared_prefix_runs_once_through_the_installed_cache_api() -> None:
+    """The head really is run once at batch 1 and its cache reused (the equality tests above would also pass if
+    a renamed cache field sent every call down the plain path), with no deprecation warning from transformers."""
+    model = _model()
+    ids, attn = _rows()
+    p = shared_prefix_len(ids, attn)
+    calls: list[tuple[int, ...]] = []
+    model.register_forward_pre_hook(lambda _m, _a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _forward(model, ids, attn)
+    assert calls == [(1, p), (ids.shape[0], ids.shape[1] - p)]
 
 
 def test_shared_prefix_gradients_equal_one_plain_pass() -> None:

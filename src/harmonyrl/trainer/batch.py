@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harmonyrl.models.compat import cache_kwarg, output_cache
 from harmonyrl.models.routing import NOT_ROUTED, MoeRouting
 from harmonyrl.types import Trajectory
 
@@ -160,7 +161,8 @@ def _forward(
     if b >= 2 and p >= MIN_SHARED_PREFIX:
         with _window(routing, *head_win):
             head = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
-        layers = getattr(head.past_key_values, "layers", None)
+        cache = output_cache(head)
+        layers = getattr(cache, "layers", None)
         if layers is not None and all(hasattr(x, "keys") and hasattr(x, "values") for x in layers):
             for layer in layers:
                 layer.keys = layer.keys.expand(b, -1, -1, -1)
@@ -171,8 +173,8 @@ def _forward(
                 tail = model(
                     input_ids=input_ids[:, p:],
                     attention_mask=attention_mask,
-                    past_key_values=head.past_key_values,
                     use_cache=True,
+                    **{cache_kwarg(type(model).forward): cache},
                     **extra,
                 )
             logits = torch.cat([head.logits.expand(b, -1, -1), tail.logits], dim=1)
