@@ -2,6 +2,7 @@
 ``harmonyrl check-env examples/unit_env.py:UnitFactory``."""
 
 from harmonyrl.envs.tools import Tool, Toolbox
+from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message, StepResult, Task
 
 FACTORS = {"km": 1000.0, "m": 1.0, "cm": 0.01, "mile": 1609.344}
@@ -22,17 +23,18 @@ class UnitEnv:
     instructions = "Use the convert tool, then answer on the final channel with only the number."
 
     def __init__(self, task: Task, toolbox: Toolbox) -> None:
-        self.task, self.box, self.tools = task, toolbox, toolbox.specs
+        self.task, self.tools = task, toolbox.specs
+        self.turns = ToolTurns(toolbox)  # tool calls -> observations (or masked env failures), counted
 
     async def reset(self) -> list[Message]:
+        self.turns.reset()
         return [Message("user", self.task.prompt)]
 
     async def step(self, action: list[Message]) -> StepResult:
-        last = action[-1] if action else None
-        if last is not None and self.box.handles(last):
-            result = await self.box.dispatch(last)  # bad arguments come back as an observation for the model
-            return StepResult(observations=(result.observation,) if result.observation else (), failure=result.failure)
-        correct = last is not None and last.channel == "final" and last.content.strip() == self.task.answer
+        if (tool_turn := await self.turns.step(action)) is not None:
+            return tool_turn
+        answer = final_answer(action)  # None unless the model answered on the final channel
+        correct = answer is not None and answer.strip() == self.task.answer
         return StepResult(reward=float(correct), terminated=True, info={"correct": float(correct)})
 
     async def close(self) -> None: ...

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Literal, NamedTuple
 
 from harmonyrl.envs.tools import Tool, Toolbox, observation
+from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 _MAX_EXPR_CHARS = 200
@@ -212,49 +213,38 @@ class CalculatorEnv:
 
     def __init__(self, task: Task, toolbox: Toolbox) -> None:
         self.task = task
-        self._toolbox = toolbox
-        self._tool_calls = 0
-        self._done = False
+        self._episode = ToolTurns(toolbox)
 
     @property
     def tools(self) -> Sequence[ToolSpec]:
-        return self._toolbox.specs
+        return self._episode.toolbox.specs
 
     @property
     def instructions(self) -> str:
         return INSTRUCTIONS
 
     async def reset(self) -> list[Message]:
-        self._tool_calls, self._done = 0, False
+        self._episode.reset()
         return [Message(role="user", content=self.task.prompt)]
 
     async def step(self, action: Sequence[Message]) -> StepResult:
-        if self._done:
-            raise RuntimeError("step() called after the episode terminated")
-        last = action[-1] if action else None
-        if last is not None and self._toolbox.handles(last):
-            self._tool_calls += 1
-            dispatch = await self._toolbox.dispatch(last)
-            if dispatch.failure is not None:  # environment fault: the loop masks the episode
-                return StepResult(failure=dispatch.failure)
-            assert dispatch.observation is not None
-            info = {"tool_error": float(dispatch.kind != "ok")}
-            return StepResult(observations=(dispatch.observation,), info=info)
-        self._done = True
-        if last is None or last.role != "assistant" or last.channel != "final" or last.is_tool_call:
+        if (tool_turn := await self._episode.step(action)) is not None:
+            return tool_turn
+        answer = final_answer(action)
+        if answer is None:
             return StepResult(reward=0.0, terminated=True, info=self._terms(correct=False, format_error=True))
-        correct = is_correct(self.task.answer, last.content)
+        correct = is_correct(self.task.answer, answer)
         return StepResult(reward=float(correct), terminated=True, info=self._terms(correct, False))
 
     def _terms(self, correct: bool, format_error: bool) -> dict[str, float]:
         return {
             "correct": float(correct),
             "format_error": float(format_error),
-            "tool_calls": float(self._tool_calls),
+            "tool_calls": float(self._episode.tool_calls),
         }
 
     async def close(self) -> None:
-        self._done = True
+        self._episode.done = True
 
 
 class CalculatorFactory:

@@ -74,6 +74,7 @@ from typing import Literal
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
 from harmonyrl.envs.tools import Toolbox, observation
+from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, make_python_tool, run_python
 from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
 
@@ -267,61 +268,47 @@ class HumanEvalEnv:
     def __init__(self, problem: Problem, task: Task, toolbox: Toolbox, weights: RewardWeights,
                  limits: SandboxLimits, allow_unsafe: bool) -> None:  # fmt: skip
         self.problem, self.task = problem, task
-        self._toolbox, self._weights = toolbox, weights
+        self._episode, self._weights = ToolTurns(toolbox), weights
         self._limits, self._allow_unsafe = limits, allow_unsafe
-        self._tool_calls = self._tools_ran = self._turns = 0
-        self._done = False
 
     @property
     def tools(self) -> Sequence[ToolSpec]:
-        return self._toolbox.specs
+        return self._episode.toolbox.specs
 
     @property
     def instructions(self) -> str:
         return INSTRUCTIONS
 
     async def reset(self) -> list[Message]:
-        self._tool_calls = self._tools_ran = self._turns = 0
-        self._done = False
+        self._episode.reset()
         return [Message(role="user", content=self.task.prompt)]
 
     async def step(self, action: Sequence[Message]) -> StepResult:
-        if self._done:
-            raise RuntimeError("step() called after the episode terminated")
-        self._turns += 1
-        last = action[-1] if action else None
-        if last is not None and self._toolbox.handles(last):
-            self._tool_calls += 1
-            dispatch = await self._toolbox.dispatch(last)
-            if dispatch.failure is not None:
-                return StepResult(failure=dispatch.failure)
-            assert dispatch.observation is not None
-            self._tools_ran += dispatch.kind == "ok"
-            return StepResult(observations=(dispatch.observation,), info={"tool_error": float(dispatch.kind != "ok")})
-        self._done = True
-        on_final = last is not None and last.role == "assistant" and last.channel == "final" and not last.is_tool_call
-        if on_final and last is not None:
-            result = await grade(self.problem, last.content, self._limits, allow_unsafe=self._allow_unsafe)
+        if (tool_turn := await self._episode.step(action)) is not None:
+            return tool_turn
+        answer = final_answer(action)
+        if answer is not None:
+            result = await grade(self.problem, answer, self._limits, allow_unsafe=self._allow_unsafe)
         else:
             result = Grade(False, False, "not_final")
         if result.failure is not None:
             return StepResult(failure=result.failure)
-        terms = RewardTerms(float(result.passed), float(result.well_formed), float(self._tools_ran > 0),
-                            -float(self._turns))  # fmt: skip
+        terms = RewardTerms(float(result.passed), float(result.well_formed), float(self._episode.tools_ran > 0),
+                            -float(self._episode.turns))  # fmt: skip
         reward, parts = compose_reward(terms.as_dict(), self._weights.as_dict())
         info = {
             "correct": float(result.passed),
-            "format_error": float(not on_final),
+            "format_error": float(answer is None),
             "syntax_error": float(result.status == "syntax_error"),
             "tests_timeout": float(result.status in ("timeout", "killed")),
-            "tool_calls": float(self._tool_calls),
-            "turns": float(self._turns),
+            "tool_calls": float(self._episode.tool_calls),
+            "turns": float(self._episode.turns),
             **parts,
         }
         return StepResult(reward=reward, terminated=True, info=info)
 
     async def close(self) -> None:
-        self._done = True
+        self._episode.done = True
 
 
 class HumanEvalFactory:

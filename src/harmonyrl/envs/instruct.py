@@ -47,6 +47,7 @@ from harmonyrl.envs.constraints import CONFLICTS, KINDS, Constraint, Kind, from_
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
 from harmonyrl.envs.taskfile import TaskFileError, draw_splits
 from harmonyrl.envs.tools import Toolbox
+from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 INSTRUCTIONS = "Follow every instruction in the user's message exactly. Answer on the final channel."
@@ -306,9 +307,7 @@ class InstructEnv:
         self.task = task
         self.constraints = parse_task(task.prompt)[1]
         self._weights = weights
-        self._toolbox = toolbox  # empty: any tool call is an "unknown tool" observation
-        self._turns = 0
-        self._done = False
+        self._episode = ToolTurns(toolbox)  # empty: any tool call is an "unknown tool" observation
 
     @property
     def tools(self) -> Sequence[ToolSpec]:
@@ -319,36 +318,31 @@ class InstructEnv:
         return INSTRUCTIONS
 
     async def reset(self) -> list[Message]:
-        self._turns, self._done = 0, False
+        self._episode.reset()
         return [Message(role="user", content=self.task.prompt)]
 
     async def step(self, action: Sequence[Message]) -> StepResult:
-        if self._done:
-            raise RuntimeError("step() called after the episode terminated")
-        self._turns += 1
-        last = action[-1] if action else None
-        if last is not None and self._toolbox.handles(last):
-            dispatch = await self._toolbox.dispatch(last)
-            assert dispatch.observation is not None  # no tools: always the unknown-tool observation
-            return StepResult(observations=(dispatch.observation,), info={"tool_error": 1.0})
-        self._done = True
-        on_final = last is not None and last.role == "assistant" and last.channel == "final" and not last.is_tool_call
-        met = [c.holds(last.content) for c in self.constraints] if on_final and last is not None else []
+        if (tool_turn := await self._episode.step(action)) is not None:
+            return tool_turn
+        answer = final_answer(action)
+        on_final = answer is not None
+        met = [c.holds(answer) for c in self.constraints] if answer is not None else []
         fraction = sum(met) / len(self.constraints)
         correct = on_final and all(met)
-        terms = {"outcome": float(correct), "format": fraction, "tool_use": 0.0, "step_cost": -float(self._turns)}
+        turns = float(self._episode.turns)
+        terms = {"outcome": float(correct), "format": fraction, "tool_use": 0.0, "step_cost": -turns}
         reward, parts = compose_reward(terms, self._weights.as_dict())
         info = {
             "correct": float(correct),
             "constraints_met": fraction,
             "format_error": float(not on_final),
-            "turns": float(self._turns),
+            "turns": turns,
             **parts,
         }
         return StepResult(reward=reward, terminated=True, info=info)
 
     async def close(self) -> None:
-        self._done = True
+        self._episode.done = True
 
 
 class InstructFactory:

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from harmonyrl.envs.tools import Toolbox
+from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 _INTEGER = re.compile(r"-?\d+")
@@ -122,57 +123,43 @@ class AnswerEnv:
 
     def __init__(self, task: Task, toolbox: Toolbox, instructions: str, weights: RewardWeights) -> None:
         self.task = task
-        self._toolbox = toolbox
+        self._episode = ToolTurns(toolbox)
         self._instructions = instructions
         self._weights = weights
-        self._tool_calls = self._tools_ran = self._turns = 0
-        self._done = False
 
     @property
     def tools(self) -> Sequence[ToolSpec]:
-        return self._toolbox.specs
+        return self._episode.toolbox.specs
 
     @property
     def instructions(self) -> str:
         return self._instructions
 
     async def reset(self) -> list[Message]:
-        self._tool_calls = self._tools_ran = self._turns = 0
-        self._done = False
+        self._episode.reset()
         return [Message(role="user", content=self.task.prompt)]
 
     async def step(self, action: Sequence[Message]) -> StepResult:
-        if self._done:
-            raise RuntimeError("step() called after the episode terminated")
-        self._turns += 1
-        last = action[-1] if action else None
-        if last is not None and self._toolbox.handles(last):
-            self._tool_calls += 1
-            dispatch = await self._toolbox.dispatch(last)
-            if dispatch.failure is not None:  # environment fault: masked by the loop, never scored
-                return StepResult(failure=dispatch.failure)
-            assert dispatch.observation is not None
-            self._tools_ran += dispatch.kind == "ok"
-            return StepResult(observations=(dispatch.observation,), info={"tool_error": float(dispatch.kind != "ok")})
-        self._done = True
-        on_final = last is not None and last.role == "assistant" and last.channel == "final" and not last.is_tool_call
-        content = last.content if last is not None and on_final else ""
+        if (tool_turn := await self._episode.step(action)) is not None:
+            return tool_turn
+        answer = final_answer(action)
+        on_final, content = answer is not None, answer or ""
         correct = on_final and exact_match(self.task.answer, content)
         terms = RewardTerms(
             outcome=float(correct),
             format=float(on_final and is_bare(self.task.answer, content)),
-            tool_use=float(self._tools_ran > 0),
-            step_cost=-float(self._turns),
+            tool_use=float(self._episode.tools_ran > 0),
+            step_cost=-float(self._episode.turns),
         )
         reward, parts = compose_reward(terms.as_dict(), self._weights.as_dict())
         info = {
             "correct": float(correct),
             "format_error": float(not on_final),
-            "tool_calls": float(self._tool_calls),
-            "turns": float(self._turns),
+            "tool_calls": float(self._episode.tool_calls),
+            "turns": float(self._episode.turns),
             **parts,
         }
         return StepResult(reward=reward, terminated=True, info=info)
 
     async def close(self) -> None:
-        self._done = True
+        self._episode.done = True
