@@ -258,8 +258,8 @@ class LeanForward:
             span = start + t
             masks = self._prompt_masks(start, t, x.dtype)
             cos, sin = self._rope_tables(x, torch.arange(start, span).expand(n, t))
-        for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(i, layer.input_layernorm(x), cos, sin)
+        for i, spec in enumerate(self._layers):
+            q, k, v = self._qkv(i, _rms(x, spec.norm_w, spec.eps), cos, sin)
             if ragged:
                 self.cache.k[i, write_slots, :, write_pos] = k[real_r, :, real_t]
                 self.cache.v[i, write_slots, :, write_pos] = v[real_r, :, real_t]
@@ -271,7 +271,6 @@ class LeanForward:
             if i == len(self.layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
                 masks = self._row_masks(start_t + last, span, x.dtype)
-            spec = self._layers[i]
             attn = sink_attention(q, k, v, spec.sinks, masks[spec.sliding])
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
@@ -287,12 +286,11 @@ class LeanForward:
         cos, sin = self._rope_tables(x, torch.arange(t)[None])
         masks = self._prompt_masks(0, t, x.dtype)
         keys, values = [], []
-        for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(i, layer.input_layernorm(x), cos, sin)
+        for i, spec in enumerate(self._layers):
+            q, k, v = self._qkv(i, _rms(x, spec.norm_w, spec.eps), cos, sin)
             keys.append(k[0])
             values.append(v[0])
             if i < len(self.layers) - 1:  # the last layer's output is never read
-                spec = self._layers[i]
                 x = self._block_tail(i, x, sink_attention(q, k, v, spec.sinks, masks[spec.sliding]))
         return torch.stack(keys), torch.stack(values)
 
