@@ -3,7 +3,8 @@
 Tiny GPT-OSS (``micro`` preset, vocab 1536, random init), 32 prompts of ~150 tokens, temperature 1,
 64 new tokens, no stop ids (so both produce exactly 32 × 64 tokens). (a) HF ``model.generate`` batched with
 left padding and ``do_sample=True``; (b) ``LocalEngine`` with all 32 requests submitted concurrently.
-Both are warmed up, then timed 3 times; the median is reported. Last line: ``RESULT engine_vs_hf=<ratio>``.
+Both are warmed up, then timed 7 times in alternation; the medians are compared (the host's speed drifts by 1.5x
+within minutes, so fewer rounds let one slow round decide). Last line: ``RESULT engine_vs_hf=<ratio>``.
 
 Run: ``python benchmarks/engine.py``
 """
@@ -23,7 +24,7 @@ from harmonyrl.engine.local import LocalEngine
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import SamplingParams
 
-NUM_PROMPTS, NEW_TOKENS, VOCAB, PAD, EOS, REPEATS = 32, 64, 1536, 0, 1, 3
+NUM_PROMPTS, NEW_TOKENS, VOCAB, PAD, EOS, REPEATS = 32, 64, 1536, 0, 1, 7
 
 
 def make_prompts(seed: int = 0) -> list[list[int]]:
