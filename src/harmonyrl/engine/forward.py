@@ -268,7 +268,7 @@ class LeanForward:
                 self.cache.v[i, slots, :, start:span] = v
             if start or ragged:
                 k, v = self.cache.k[i, slots, :, :span], self.cache.v[i, slots, :, :span]
-            if i == len(self.layers) - 1:
+            if i == len(self._layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
                 masks = self._row_masks(start_t + last, span, x.dtype)
             attn = sink_attention(q, k, v, spec.sinks, masks[spec.sliding])
@@ -290,7 +290,7 @@ class LeanForward:
             q, k, v = self._qkv(i, _rms(x, spec.norm_w, spec.eps), cos, sin)
             keys.append(k[0])
             values.append(v[0])
-            if i < len(self.layers) - 1:  # the last layer's output is never read
+            if i < len(self._layers) - 1:  # the last layer's output is never read
                 x = self._block_tail(i, x, sink_attention(q, k, v, spec.sinks, masks[spec.sliding]))
         return torch.stack(keys), torch.stack(values)
 
