@@ -12,7 +12,7 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.errors import CheckpointError, NotDemonstrable
+from harmonyrl.errors import CheckpointError, KernelUnavailable, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
@@ -20,6 +20,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     FileExistsError,
     FileNotFoundError,
     CheckpointError,
+    KernelUnavailable,
     NotDemonstrable,
     SinkUnavailableError,
     TaskFileError,

@@ -5,6 +5,10 @@ class CheckpointError(ValueError):
     """A checkpoint folder that is missing, incomplete, corrupt or does not fit the tokenizer."""
 
 
+class KernelUnavailable(ValueError):
+    """``engine_kernel=native`` asked for where the compiled decode step cannot run (not built, bf16, ...)."""
+
+
 class NotDemonstrable(ValueError):
     """A task the environment's scripted expert cannot demonstrate (e.g. one from a user's ``tasks_file``, which
     no generator template matches), so it cannot be used for the SFT warm start."""

@@ -1,5 +1,6 @@
 """LocalEngine vs the HF model the trainer uses: log-probs, greedy tokens, batch-invariant seeded sampling.
 
+Each fp32 test runs with the compiled decode step and with eager torch (the ``kernel`` fixture).
 Model: ``nano`` preset (2 layers: sliding window 32, then full attention), vocab 300. Sequences run past 32
 tokens so the sliding-window mask is exercised; prompts of different lengths run concurrently so padded
 prefill and ragged decode are exercised.
@@ -14,10 +15,18 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.native import KernelChoice
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import Generation, SamplingParams
 
 VOCAB = 300
+
+
+@pytest.fixture(params=["native", "torch"])
+def kernel(request: pytest.FixtureRequest) -> KernelChoice:
+    """Every fp32 parity test runs on both decode steps: the compiled one (the default where it was built; a
+    missing build fails here, it is not skipped) and eager torch."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +63,8 @@ def hf_greedy(model: GptOssForCausalLM, prompt_ids: list[int], steps: int) -> li
     return ids[len(prompt_ids) :]
 
 
-def test_logprobs_match_trainer_for_concurrent_ragged_requests(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+def test_logprobs_match_trainer_for_concurrent_ragged_requests(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128)
     lengths = [1, 6, 23, 45, 60]  # 45 + 40 and 60 + 40 run well past the 32-token window
     requests = [
         (prompt(n), SamplingParams(temperature=1.0, max_new_tokens=40, seed=i, top_p=0.95 if i % 2 else 1.0))
@@ -69,14 +78,14 @@ def test_logprobs_match_trainer_for_concurrent_ragged_requests(model: GptOssForC
         )
 
 
-def test_logprobs_match_when_requests_join_mid_flight(model: GptOssForCausalLM) -> None:
+def test_logprobs_match_when_requests_join_mid_flight(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
     """Late arrivals are prefilled while earlier rows keep decoding (continuous batching)."""
-    engine = LocalEngine(model, max_batch=4, max_seq_len=128)
+    engine = LocalEngine(model, kernel=kernel, max_batch=4, max_seq_len=128)
 
     async def go() -> list[tuple[list[int], Generation]]:
         async def one(n: int, delay_steps: int) -> tuple[list[int], Generation]:
-            for _ in range(delay_steps):
-                await asyncio.sleep(0.002)
+            while engine.stats.steps < delay_steps:  # arrive after that many engine steps, however fast they are
+                await asyncio.sleep(0)
             ids = prompt(n, salt=1)
             return ids, await engine.generate(ids, SamplingParams(max_new_tokens=30, seed=n))
 
@@ -90,15 +99,15 @@ def test_logprobs_match_when_requests_join_mid_flight(model: GptOssForCausalLM) 
         )
 
 
-def test_rows_moved_to_fill_holes_keep_their_cache_and_routing(model: GptOssForCausalLM) -> None:
+def test_rows_moved_to_fill_holes_keep_their_cache_and_routing(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
     """Short requests in low slots finish first; the long ones above them move down (keys, values and routing
     copied) and keep matching the trainer; a request seeded alike samples the same tokens moved or not."""
-    engine = LocalEngine(model, max_batch=6, max_seq_len=128)
+    engine = LocalEngine(model, kernel=kernel, max_batch=6, max_seq_len=128)
     requests = [(prompt(n, salt=3), SamplingParams(max_new_tokens=k, seed=n)) for n, k in
                 [(9, 2), (14, 40), (5, 3), (30, 45), (21, 4), (12, 35)]]  # fmt: skip
     gens = generate_all(engine, requests)
     assert engine.stats.slot_moves >= 2
-    alone = LocalEngine(model, max_batch=6, max_seq_len=128)
+    alone = LocalEngine(model, kernel=kernel, max_batch=6, max_seq_len=128)
     for (ids, params), gen in zip(requests, gens, strict=True):
         torch.testing.assert_close(
             torch.tensor(gen.logprobs), hf_logprobs(model, ids, gen.token_ids), atol=1e-5, rtol=0
@@ -107,16 +116,16 @@ def test_rows_moved_to_fill_holes_keep_their_cache_and_routing(model: GptOssForC
         assert generate_all(alone, [(ids, params)])[0].token_ids == gen.token_ids
 
 
-def test_greedy_matches_hf_argmax_loop(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=4, max_seq_len=128)
+def test_greedy_matches_hf_argmax_loop(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=4, max_seq_len=128)
     prompts = [prompt(3), prompt(30), prompt(12)]
     gens = generate_all(engine, [(p, SamplingParams(temperature=0.0, max_new_tokens=36)) for p in prompts])
     for p, gen in zip(prompts, gens, strict=True):
         assert list(gen.token_ids) == hf_greedy(model, p, 36)
 
 
-def test_same_seed_same_tokens_alone_or_batched(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+def test_same_seed_same_tokens_alone_or_batched(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128)
     target = (prompt(20), SamplingParams(temperature=1.0, max_new_tokens=25, seed=1234, top_k=50))
     alone = generate_all(engine, [target])[0]
     others = [(prompt(n, salt=3), SamplingParams(max_new_tokens=n, seed=n)) for n in (5, 40, 11)]
@@ -126,8 +135,8 @@ def test_same_seed_same_tokens_alone_or_batched(model: GptOssForCausalLM) -> Non
     assert reseeded.token_ids != alone.token_ids
 
 
-def test_top_k_one_and_tiny_top_p_are_greedy(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=4, max_seq_len=128)
+def test_top_k_one_and_tiny_top_p_are_greedy(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=4, max_seq_len=128)
     p = prompt(9)
     greedy, top_k1, top_p_tiny = generate_all(
         engine,
@@ -147,9 +156,11 @@ def shared_prompts(head_len: int, tails: list[int], salt: int = 5) -> list[list[
     return [head + prompt(n, salt=salt + 1 + i) for i, n in enumerate(tails)]
 
 
-def test_shared_prefix_is_cached_and_logprobs_still_match_trainer(model: GptOssForCausalLM) -> None:
+def test_shared_prefix_is_cached_and_logprobs_still_match_trainer(
+    model: GptOssForCausalLM, kernel: KernelChoice
+) -> None:
     # head 40 > the 32-token sliding window: keys copied from the cache must respect the window too
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128)
     prompts = shared_prompts(40, [1, 7, 20])
     gens = generate_all(engine, [(p, SamplingParams(max_new_tokens=30, seed=i)) for i, p in enumerate(prompts)])
     assert engine.stats.prefix_tokens_reused == 40 * 3
@@ -163,10 +174,12 @@ def test_shared_prefix_is_cached_and_logprobs_still_match_trainer(model: GptOssF
         )
 
 
-def test_concurrent_second_turns_reuse_their_conversations_and_match_trainer(model: GptOssForCausalLM) -> None:
+def test_concurrent_second_turns_reuse_their_conversations_and_match_trainer(
+    model: GptOssForCausalLM, kernel: KernelChoice
+) -> None:
     """Continuing turns of different lengths and a brand-new prompt in one step: per-row prefill starts
     (ragged), tails from 2 to 41 tokens (split into calls by padding), all still the trainer's log-probs."""
-    engine = LocalEngine(model, max_batch=8, max_seq_len=160)
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=160)
     firsts = [prompt(n, salt=50 + n) for n in (18, 33, 47)]
     turn1 = generate_all(engine, [(p, SamplingParams(max_new_tokens=n, seed=i)) for i, (p, n) in
                                   enumerate(zip(firsts, (12, 25, 6), strict=True))])  # fmt: skip
@@ -182,8 +195,10 @@ def test_concurrent_second_turns_reuse_their_conversations_and_match_trainer(mod
         )
 
 
-def test_prefix_cache_can_be_switched_off_and_a_bad_budget_is_an_error(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128, prefix_cache_mib=0)
+def test_prefix_cache_can_be_switched_off_and_a_bad_budget_is_an_error(
+    model: GptOssForCausalLM, kernel: KernelChoice
+) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128, prefix_cache_mib=0)
     first = prompt(30, salt=80)
     gen = generate_all(engine, [(first, SamplingParams(max_new_tokens=8, seed=0))])[0]
     generate_all(engine, [(first + list(gen.token_ids) + [5], SamplingParams(max_new_tokens=4, seed=1))])
@@ -191,11 +206,11 @@ def test_prefix_cache_can_be_switched_off_and_a_bad_budget_is_an_error(model: Gp
     assert engine.stats.prefix_tokens_reused == 0 and len(engine._prefixes) == 0
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="prefix_cache_mib"):
-            LocalEngine(model, prefix_cache_mib=bad)
+            LocalEngine(model, kernel=kernel, prefix_cache_mib=bad)
 
 
-def test_prefix_cache_is_dropped_with_old_weights(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+def test_prefix_cache_is_dropped_with_old_weights(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128)
     prompts = shared_prompts(30, [3, 9])
     generate_all(engine, [(p, SamplingParams(max_new_tokens=5, seed=1)) for p in prompts])
     new = build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=1).eval()
@@ -208,15 +223,17 @@ def test_prefix_cache_is_dropped_with_old_weights(model: GptOssForCausalLM) -> N
     )
 
 
-def test_short_or_absent_common_prefix_is_not_cached(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+def test_short_or_absent_common_prefix_is_not_cached(model: GptOssForCausalLM, kernel: KernelChoice) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128)
     generate_all(engine, [(p, SamplingParams(max_new_tokens=3, seed=0)) for p in shared_prompts(10, [4, 6])])
     generate_all(engine, [(prompt(n, salt=20), SamplingParams(max_new_tokens=3, seed=0)) for n in (25, 30)])
     assert engine.stats.prefix_tokens_reused == 0
 
 
-def test_batch_mixing_cached_and_uncached_prompts_keeps_row_order(model: GptOssForCausalLM) -> None:
-    engine = LocalEngine(model, max_batch=8, max_seq_len=128)
+def test_batch_mixing_cached_and_uncached_prompts_keeps_row_order(
+    model: GptOssForCausalLM, kernel: KernelChoice
+) -> None:
+    engine = LocalEngine(model, kernel=kernel, max_batch=8, max_seq_len=128)
     a = shared_prompts(24, [2, 5, 8, 3])
     generate_all(engine, [(p, SamplingParams(max_new_tokens=2, seed=0)) for p in a[:2]])  # caches the head
     mixed = [a[2], prompt(33, salt=40), a[3], prompt(12, salt=41)]
@@ -228,14 +245,14 @@ def test_batch_mixing_cached_and_uncached_prompts_keeps_row_order(model: GptOssF
         )
 
 
-def test_sinkless_engine_matches_the_sinkless_trainer_kernel_not_the_real_one() -> None:
+def test_sinkless_engine_matches_the_sinkless_trainer_kernel_not_the_real_one(kernel: KernelChoice) -> None:
     from harmonyrl.models.attention import set_kernel
 
     model = build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=3).eval()
     with torch.no_grad():  # make the sinks matter
         for layer in model.model.layers:
             layer.self_attn.sinks.fill_(1.5)
-    engine = LocalEngine(model, max_batch=4, max_seq_len=128, sinks=False)
+    engine = LocalEngine(model, kernel=kernel, max_batch=4, max_seq_len=128, sinks=False)
     ids = prompt(45, salt=50)
     gen = generate_all(engine, [(ids, SamplingParams(max_new_tokens=20, seed=5))])[0]
     sinkless = build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=3).eval()

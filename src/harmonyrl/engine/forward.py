@@ -167,6 +167,16 @@ class LeanForward:
                 )
             )
 
+    @property
+    def specs(self) -> list[_Layer]:
+        """Each decoder layer's weights as the engine reads them (rebuilt by :meth:`refresh`)."""
+        return self._layers
+
+    @property
+    def final_norm(self) -> tuple[torch.Tensor, float]:
+        """The final RMSNorm's fp32 weight and epsilon."""
+        return self._final_norm
+
     def _qkv(
         self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -192,12 +202,16 @@ class LeanForward:
         """Doubled cos/sin ``[B, 1, T, D]`` (see :func:`_rope`) at per-row positions ``[B, T]``, looked up in a
         table that the model's own ``rotary_emb`` filled once for every position (each entry is computed
         elementwise, so a lookup is bit-identical to calling it per step, minus ~10 small ops per step)."""
+        cos_t, sin_t = self.rope_table(x)
+        return cos_t[pos].unsqueeze(1), sin_t[pos].unsqueeze(1)
+
+    def rope_table(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Doubled cos/sin ``[max_seq_len, D]`` for every position, in ``x``'s dtype (computed once)."""
         if self._rope is None or self._rope[0].dtype != x.dtype:
             cos, sin = self.model.model.rotary_emb(x, self._arange[None])
             cos, sin = cos[0], sin[0]  # [max_seq_len, D/2]
             self._rope = (torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1))
-        cos_t, sin_t = self._rope
-        return cos_t[pos].unsqueeze(1), sin_t[pos].unsqueeze(1)
+        return self._rope
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on last hidden states ``[B, hidden]`` → fp32 logits ``[B, V]``."""

@@ -41,9 +41,11 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.forward import LeanForward
+from harmonyrl.engine.native import KernelChoice, NativeDecode, native_unsupported
 from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
 from harmonyrl.engine.routing import EngineRouting
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
+from harmonyrl.errors import KernelUnavailable
 from harmonyrl.types import Generation, Routing, SamplingParams
 
 MIN_PREFIX = 16
@@ -110,6 +112,7 @@ class LocalEngine:
         sinks: bool = True,
         record_routing: bool = True,
         prefix_cache_mib: float = 256.0,
+        kernel: KernelChoice = "auto",
     ) -> None:
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
@@ -120,6 +123,8 @@ class LocalEngine:
         self.vocab_size = int(model.config.vocab_size)
         self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
+        self._native = _native_step(self._fwd, dtype, kernel)
+        """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
         """Experts chosen per position (:mod:`harmonyrl.engine.routing`), returned as ``Generation.routing``."""
         self.stats = EngineStats()
@@ -162,6 +167,8 @@ class LocalEngine:
         with torch.no_grad():
             self._model.load_state_dict(dict(state_dict), strict=True)
         self._fwd.refresh()
+        if self._native is not None:
+            self._native.refresh()
         self._prefixes.clear()  # cached keys/values belong to the old weights
 
     async def close(self) -> None:
@@ -184,6 +191,11 @@ class LocalEngine:
     @property
     def num_free_slots(self) -> int:
         return len(self._free)
+
+    @property
+    def kernel(self) -> str:
+        """The decode step in use: ``native`` (compiled) or ``torch`` (eager)."""
+        return "torch" if self._native is None else "native"
 
     # ---------------------------------------------------------------- worker
 
@@ -376,10 +388,16 @@ class LocalEngine:
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
         positions = [len(r.prompt) + len(r.tokens) - 1 for r in rows]
-        tokens = torch.tensor([r.tokens[-1] for r in rows])
-        logits = self._fwd.decode(tokens, positions, [r.slot for r in rows])
+        tokens, slots = torch.tensor([r.tokens[-1] for r in rows]), [r.slot for r in rows]
+        if self._native is not None:
+            pos_t, slot_t = torch.tensor(positions), torch.tensor(slots)
+            logits, ids = self._native(tokens, pos_t, slot_t, record=self._routing is not None)
+            if self._routing is not None and ids is not None:
+                self._routing.write_decode(slot_t, pos_t, ids)
+            return logits
+        logits = self._fwd.decode(tokens, positions, slots)
         if self._routing is not None:
-            self._routing.after_decode(torch.tensor([r.slot for r in rows]), torch.tensor(positions))
+            self._routing.after_decode(torch.tensor(slots), torch.tensor(positions))
         return logits
 
     @staticmethod
@@ -393,3 +411,17 @@ class LocalEngine:
             counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
             filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
         )
+
+
+def _native_step(fwd: LeanForward, dtype: torch.dtype, kernel: KernelChoice) -> NativeDecode | None:
+    """The compiled decode step for ``kernel`` (``auto``: where it can run), or None for eager torch."""
+    if kernel not in ("auto", "native", "torch"):
+        raise ValueError(f"kernel must be 'auto', 'native' or 'torch', got {kernel!r}")
+    if kernel == "torch":
+        return None
+    why = native_unsupported(fwd, dtype)
+    if why is None:
+        return NativeDecode(fwd)
+    if kernel == "native":
+        raise KernelUnavailable(f"rollout.engine_kernel=native cannot run here: {why}")
+    return None

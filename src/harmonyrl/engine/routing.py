@@ -102,6 +102,10 @@ class EngineRouting:
             if got is not None:
                 self.buffer[slots, positions, layer] = got.to(self.dtype)
 
+    def write_decode(self, slots: torch.Tensor, positions: torch.Tensor, ids: torch.Tensor) -> None:
+        """Record a decode step whose routing came back directly (the compiled step): ids ``[B, L, k]``."""
+        self.buffer[slots, positions] = ids.to(self.dtype)
+
     def move(self, src: int, dst: int, positions: int) -> None:
         """Copy slot ``src``'s routing at positions ``0 .. positions-1`` into slot ``dst`` (with its cache)."""
         self.buffer[dst, :positions] = self.buffer[src, :positions]

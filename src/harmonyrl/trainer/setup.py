@@ -125,6 +125,7 @@ def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine,
         dtype=dtype,
         sinks=config.model.engine_sinks,
         prefix_cache_mib=r.prefix_cache_mib,
+        kernel=r.engine_kernel,
     )
     return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
 

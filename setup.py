@@ -1,0 +1,24 @@
+"""Build of the optional C decode step (everything else is declared in pyproject.toml).
+
+``optional=True``: a machine without a C compiler still installs harmonyrl, and the engine runs its eager
+torch decode path instead (``rollout.engine_kernel=auto``). OpenMP links to ``libgomp.so.1``, the soname of
+the libgomp that torch's wheel loads first, so the step shares torch's thread team instead of adding one.
+"""
+
+from setuptools import Extension, setup
+
+NATIVE = "src/harmonyrl/engine/native"
+
+setup(
+    ext_modules=[
+        Extension(
+            "harmonyrl.engine._decode",
+            sources=[f"{NATIVE}/decode.c", f"{NATIVE}/decode_avx2.c", f"{NATIVE}/decode_generic.c"],
+            depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/model.h"],
+            # -Wno-psabi: the generic build passes 32-byte vectors between inlined helpers, which GCC warns about
+            extra_compile_args=["-O3", "-fopenmp", "-std=gnu11", "-fno-math-errno", "-Wno-psabi"],
+            extra_link_args=["-fopenmp"],
+            optional=True,
+        )
+    ]
+)

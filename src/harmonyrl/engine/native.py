@@ -1,0 +1,185 @@
+"""The compiled decode step (``engine/native/decode.c``), bound with ctypes.
+
+:class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.forward.LeanForward`'s weights
+(``[in, out]``, what the C GEMMs read) and the C structs that point at them and at the engine's KV cache;
+:meth:`NativeDecode.refresh` rebuilds both after a weight sync. A step is one C call: no Python per layer.
+
+When it applies (:func:`native_unsupported` says why not otherwise): the extension was built (``pip install``
+compiles it; ``optional``, so a machine without a C compiler installs harmonyrl anyway), the engine runs in
+fp32, head_dim is 8, 16, 32 or 64 and there are at most 64 experts. Otherwise the engine decodes with eager
+torch, the reference this step is tested against (``tests/engine/test_native.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from functools import cache
+from typing import TYPE_CHECKING, Literal
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from harmonyrl.engine.forward import LeanForward
+
+KernelChoice = Literal["auto", "native", "torch"]
+"""The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine_kernel``)."""
+
+_F = ctypes.POINTER(ctypes.c_float)
+_I = ctypes.POINTER(ctypes.c_int64)
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [
+        *((name, _F) for name in ("norm_w", "post_w", "qkv_w", "qkv_b", "o_w", "o_b", "sinks", "router_w")),
+        *((name, _F) for name in ("router_b", "w1", "b1", "w2", "b2", "k_cache", "v_cache")),
+        ("window", ctypes.c_int64),
+    ]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_int64) for name in ("hidden", "heads", "kv_heads", "head_dim", "experts", "top_k")),
+        *((name, ctypes.c_int64) for name in ("inter", "vocab", "layers", "max_seq")),
+        *((name, ctypes.c_double) for name in ("eps", "alpha", "limit")),
+        *((name, _F) for name in ("embed", "final_w", "lm_w", "cos2", "sin2")),
+        ("layer", ctypes.POINTER(_Layer)),
+    ]
+
+
+@cache
+def library() -> ctypes.CDLL | None:
+    """The compiled extension, or None if this install has none (built without a C compiler)."""
+    spec = importlib.util.find_spec("harmonyrl.engine._decode")
+    if spec is None or spec.origin is None:
+        return None
+    lib = ctypes.CDLL(spec.origin)
+    lib.hrl_decode.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _I, _I, _I, _F, _I, ctypes.c_int64]
+    lib.hrl_decode.restype = ctypes.c_int
+    lib.hrl_isa.restype = ctypes.c_char_p
+    return lib
+
+
+def isa() -> str | None:
+    """Which build of the math this CPU runs (``avx2`` or ``generic``), or None without the extension."""
+    lib = library()
+    return None if lib is None else lib.hrl_isa().decode()
+
+
+def native_unsupported(fwd: LeanForward, dtype: torch.dtype) -> str | None:
+    """Why the compiled step cannot serve this engine, or None if it can."""
+    if library() is None:
+        return "the C extension harmonyrl.engine._decode was not built (no C compiler at install time?)"
+    if dtype != torch.float32:
+        return f"it computes in float32 only, the engine runs in {dtype}"
+    if fwd.head_dim not in (8, 16, 32, 64):
+        return f"head_dim must be 8, 16, 32 or 64 (gpt-oss: 64), got {fwd.head_dim}"
+    experts = fwd.model.config.num_local_experts
+    if experts > 64:
+        return f"at most 64 experts, got {experts}"
+    return None
+
+
+PANEL = 16
+"""Columns per weight panel (``PANEL`` in decode.c)."""
+
+
+def pack(w: torch.Tensor) -> torch.Tensor:
+    """Input-major weights ``[..., K, N]`` → panels ``[..., ceil(N / 16), K, 16]``, zero-padded: what decode.c's
+    GEMM streams (16 output columns for every input, contiguous)."""
+    *lead, k, n = w.shape
+    padded = F.pad(w, (0, -n % PANEL))
+    return padded.view(*lead, k, -1, PANEL).transpose(-3, -2).contiguous()
+
+
+def _f(t: torch.Tensor | None) -> ctypes._Pointer[ctypes.c_float] | None:
+    if t is None:
+        return None
+    assert t.dtype == torch.float32 and t.is_contiguous()
+    return ctypes.cast(t.data_ptr(), _F)
+
+
+def _i(t: torch.Tensor) -> ctypes._Pointer[ctypes.c_int64]:
+    assert t.dtype == torch.int64 and t.is_contiguous()
+    return ctypes.cast(t.data_ptr(), _I)
+
+
+class NativeDecode:
+    """One fused decode step over ``fwd``'s weights and KV cache (see module docstring)."""
+
+    def __init__(self, fwd: LeanForward) -> None:
+        lib = library()
+        assert lib is not None, "check native_unsupported() first"
+        self._lib = lib
+        self._fwd = fwd
+        self._keep: list[torch.Tensor] = []  # every tensor the structs point into
+        self._model = _Model()
+        self._layers = (_Layer * len(fwd.layers))()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the weights (after ``LeanForward.refresh``): input-major copies, fresh pointers."""
+        fwd, cfg = self._fwd, self._fwd.model.config
+        keep: list[torch.Tensor] = []
+
+        def own(t: torch.Tensor | None) -> ctypes._Pointer[ctypes.c_float] | None:
+            if t is None:
+                return None
+            t = t.detach().float().contiguous()
+            keep.append(t)
+            return _f(t)
+
+        def weight(w: torch.Tensor) -> ctypes._Pointer[ctypes.c_float] | None:
+            return own(pack(w.detach().float()))
+
+        def bias(b: torch.Tensor | None) -> ctypes._Pointer[ctypes.c_float] | None:
+            return None if b is None else own(F.pad(b.detach().float(), (0, -b.shape[-1] % PANEL)))
+
+        for i, (spec, hf) in enumerate(zip(fwd.specs, fwd.layers, strict=True)):
+            experts, router = spec.mlp.experts, spec.mlp.router
+            layer = self._layers[i]
+            layer.norm_w, layer.post_w = own(spec.norm_w), own(spec.post_w)
+            layer.qkv_w, layer.qkv_b = weight(spec.qkv_w.t()), bias(spec.qkv_b)
+            layer.o_w, layer.o_b = weight(spec.o_w.t()), bias(spec.o_b)
+            layer.sinks = own(spec.sinks)
+            layer.router_w, layer.router_b = weight(router.weight.t()), bias(router.bias)
+            layer.w1, layer.b1 = weight(spec.split.w1), bias(spec.split.b1)
+            layer.w2, layer.b2 = weight(experts.down_proj), bias(experts.down_proj_bias)
+            layer.k_cache, layer.v_cache = _f(fwd.cache.k[i]), _f(fwd.cache.v[i])
+            layer.window = fwd.window if spec.sliding else 0
+            assert hf.mlp is spec.mlp
+        probe = fwd.model.lm_head.weight
+        cos2, sin2 = fwd.rope_table(probe)
+        m, experts = self._model, fwd.specs[0].mlp.experts
+        m.hidden, m.heads, m.kv_heads, m.head_dim = cfg.hidden_size, fwd.heads, fwd.kv_heads, fwd.head_dim
+        m.experts, m.top_k, m.inter = cfg.num_local_experts, cfg.num_experts_per_tok, experts.down_proj.shape[1]
+        m.vocab, m.layers, m.max_seq = cfg.vocab_size, len(fwd.layers), fwd.cache.k.shape[3]
+        (final_w, eps), alpha, limit = fwd.final_norm, float(experts.alpha), float(experts.limit)
+        m.eps, m.alpha, m.limit = eps, alpha, limit
+        m.embed, m.final_w = own(fwd.model.model.embed_tokens.weight), own(final_w)
+        m.lm_w, m.cos2, m.sin2 = weight(fwd.model.lm_head.weight.t()), own(cos2), own(sin2)
+        m.layer = self._layers
+        self._keep = keep
+
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, record: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """ids, positions, slots ``[B]`` (int64) → fp32 logits ``[B, V]`` and, if ``record``, the experts chosen
+        ``[B, L, k]`` (int64); each row's key and value go into its slot at its position first."""
+        b, m = tokens.shape[0], self._model
+        logits = torch.empty(b, m.vocab)
+        routing = torch.empty(b, m.layers, m.top_k, dtype=torch.int64) if record else None
+        status = self._lib.hrl_decode(
+            ctypes.byref(m),
+            b,
+            _i(tokens),
+            _i(positions),
+            _i(slots),
+            _f(logits),
+            None if routing is None else _i(routing),
+            torch.get_num_threads(),
+        )
+        if status != 0:
+            raise MemoryError("the C decode step could not allocate its buffers")
+        return logits, routing
