@@ -7,7 +7,7 @@ the libgomp that torch's wheel loads first, so the step shares torch's thread te
 
 from setuptools import Extension, setup
 
-NATIVE = "src/harmonyrl/engine/native"
+NATIVE = "src/harmonyrl/engine/csrc"
 
 setup(
     ext_modules=[

@@ -1,4 +1,4 @@
-"""The compiled decode step (``engine/native``) against the eager torch decode step it replaces.
+"""The compiled decode step (``engine/native.py``, ``engine/csrc``) against the eager torch decode step it replaces.
 
 Both run the same cache and weights: logits within 1e-5, the keys/values each writes within 1e-6 (+ 1e-5
 relative), the same experts chosen. Shapes cover both builds of the math (AVX2 and portable), ragged

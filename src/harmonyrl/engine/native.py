@@ -1,4 +1,4 @@
-"""The compiled decode step (``engine/native/decode.c``), bound with ctypes.
+"""The compiled decode step (``engine/csrc/decode.c``), bound with ctypes.
 
 :class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.forward.LeanForward`'s weights
 (``[in, out]``, what the C GEMMs read) and the C structs that point at them and at the engine's KV cache;
