@@ -1,10 +1,13 @@
 """Embedded engine vs transformers ``generate``: same model, same prompts, same sampling settings.
 
 Tiny GPT-OSS (``micro`` preset, vocab 1536, random init), 32 prompts of ~150 tokens, temperature 1,
-64 new tokens, no stop ids (so both produce exactly 32 × 64 tokens). (a) HF ``model.generate`` batched with
-left padding and ``do_sample=True``; (b) ``LocalEngine`` with all 32 requests submitted concurrently.
-Both are warmed up, then timed 7 times in alternation; the medians are compared (the host's speed drifts by 1.5x
-within minutes, so fewer rounds let one slow round decide). Last line: ``RESULT engine_vs_hf=<ratio>``.
+64 new tokens, no stop ids (so every run produces exactly 32 × 64 tokens). (a) HF ``model.generate`` batched
+with left padding and ``do_sample=True``; (b) ``LocalEngine`` as ``harmonyrl train`` builds it
+(``engine_kernel=auto``: the compiled decode step where it is built), all 32 requests submitted concurrently;
+(c) the same engine with its eager torch decode step (``engine_kernel=torch``), to show what the compiled step
+adds. All are warmed up, then timed 7 times in alternation; the medians are compared (the host's speed drifts by
+1.5x within minutes, so fewer rounds let one slow round decide).
+Last line: ``RESULT engine_vs_hf=<(b)/(a)> kernel=<native|torch> torch_kernel_vs_hf=<(c)/(a)>``.
 
 Run: ``python benchmarks/engine.py``
 """
@@ -90,30 +93,36 @@ def main() -> None:
     model = build_model(config, seed=0).eval()
     prompts = make_prompts()
     engine = LocalEngine(model, max_batch=64, max_seq_len=512)
+    eager = LocalEngine(model, max_batch=64, max_seq_len=512, kernel="torch")
+    name = f"LocalEngine ({engine.kernel})"
 
     results = measure(
         {
             "transformers generate": lambda: run_hf(model, prompts),
-            "LocalEngine": lambda: run_engine(engine, prompts),
+            name: lambda: run_engine(engine, prompts),
+            "LocalEngine (torch)": lambda: run_engine(eager, prompts),
         }
     )
     asyncio.run(engine.close())
-    (hf_tokens, hf_s), (eng_tokens, eng_s) = results["transformers generate"], results["LocalEngine"]
+    asyncio.run(eager.close())
+    (hf_tokens, hf_s), (eng_tokens, eng_s) = results["transformers generate"], results[name]
+    torch_tokens, torch_s = results["LocalEngine (torch)"]
     rows = [(name, tok, sec) for name, (tok, sec) in results.items()]
     print(f"threads={torch.get_num_threads()} prompts={NUM_PROMPTS} new_tokens={NEW_TOKENS} repeats={REPEATS}")
     print(f"{'implementation':<24}{'tokens':>8}{'seconds':>10}{'tokens/s':>11}")
-    for name, tokens, seconds in rows:
-        print(f"{name:<24}{tokens:>8}{seconds:>10.3f}{tokens / seconds:>11.1f}")
+    for label, tokens, seconds in rows:
+        print(f"{label:<24}{tokens:>8}{seconds:>10.3f}{tokens / seconds:>11.1f}")
     stats = engine.stats
     runs, rest = REPEATS + 1, stats.busy_seconds - stats.prefill_seconds
     print(
-        f"engine (warm-up + {REPEATS} runs): steps={stats.steps} mean_batch={stats.mean_batch_size:.1f} "
+        f"{name} (warm-up + {REPEATS} runs): steps={stats.steps} mean_batch={stats.mean_batch_size:.1f} "
         f"busy_s={stats.busy_seconds:.3f} tokens={stats.tokens_generated}; per run: prefill "
         f"{stats.prefill_seconds / runs:.3f} s, decode + sampling {rest / runs:.3f} s "
         f"({rest / (stats.steps - runs) * 1e3:.2f} ms per step)"
     )
     ratio = (eng_tokens / eng_s) / (hf_tokens / hf_s)
-    print(f"RESULT engine_vs_hf={ratio:.2f}")
+    torch_ratio = (torch_tokens / torch_s) / (hf_tokens / hf_s)
+    print(f"RESULT engine_vs_hf={ratio:.2f} kernel={engine.kernel} torch_kernel_vs_hf={torch_ratio:.2f}")
 
 
 if __name__ == "__main__":
