@@ -91,6 +91,11 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
         (["train", "--config", "/nonexistent.yaml"], "does not exist"),
         (["eval", "--checkpoint", "/nonexistent"], "not a checkpoint folder"),
         (["train", "model.init_from=/nonexistent"], "model.init_from"),
+        (["train", "rollout.engine_kernel=gpu"], "rollout.engine_kernel"),
+        (
+            ["train", "rollout.engine_kernel=native", "rollout.engine_dtype=bfloat16"],
+            "rollout.engine_kernel=native computes in float32 only",
+        ),
     ],
 )
 def test_user_mistakes_are_one_line_errors(args: list[str], expected: str) -> None:
@@ -99,6 +104,18 @@ def test_user_mistakes_are_one_line_errors(args: list[str], expected: str) -> No
     assert result.exit_code == 2
     assert expected in result.output
     assert "Traceback" not in result.output
+
+
+def test_native_kernel_without_the_build_fails_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install without the compiled decode step: asking for it is one line, before SFT and the run folder."""
+    import harmonyrl.engine.native as native
+
+    monkeypatch.setattr(native, "library", lambda: None)
+    result = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "rollout.engine_kernel=native"])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "engine_kernel=native cannot run here" in result.output and "was not built" in result.output
+    assert not any(tmp_path.iterdir())
 
 
 def test_corrupt_checkpoint_is_a_clear_error_and_leaves_no_run_folder(tmp_path: Path) -> None:

@@ -174,8 +174,10 @@ def test_native_refuses_what_it_cannot_run_with_a_clear_error() -> None:
     with pytest.raises(ValueError, match="kernel must be 'auto', 'native' or 'torch'"):
         LocalEngine(model, max_batch=2, max_seq_len=64, kernel="cuda")  # type: ignore[arg-type]
     odd = GptOssConfig(**{**model.config.to_dict(), "head_dim": 12})
-    fwd = LeanForward(build_model(odd, seed=0), 2, 64)
-    assert "head_dim must be 8, 16, 32 or 64" in str(native_unsupported(fwd, torch.float32))
+    assert "head_dim must be 8, 16, 32 or 64" in str(native_unsupported(odd, torch.float32))
+    with pytest.raises(KernelUnavailable, match="head_dim must be"):
+        LocalEngine(build_model(odd, seed=0), max_batch=2, max_seq_len=64, kernel="native")
+    assert LocalEngine(build_model(odd, seed=0), max_batch=2, max_seq_len=64).kernel == "torch"  # auto
 
 
 def test_missing_build_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

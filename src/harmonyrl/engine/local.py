@@ -41,11 +41,10 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.forward import LeanForward
-from harmonyrl.engine.native import KernelChoice, NativeDecode, native_unsupported
+from harmonyrl.engine.native import KernelChoice, NativeDecode, use_native
 from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
 from harmonyrl.engine.routing import EngineRouting
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
-from harmonyrl.errors import KernelUnavailable
 from harmonyrl.types import Generation, Routing, SamplingParams
 
 MIN_PREFIX = 16
@@ -123,7 +122,7 @@ class LocalEngine:
         self.vocab_size = int(model.config.vocab_size)
         self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
-        self._native = _native_step(self._fwd, dtype, kernel)
+        self._native = NativeDecode(self._fwd) if use_native(kernel, model.config, dtype) else None
         """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
         """Experts chosen per position (:mod:`harmonyrl.engine.routing`), returned as ``Generation.routing``."""
@@ -411,17 +410,3 @@ class LocalEngine:
             counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
             filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
         )
-
-
-def _native_step(fwd: LeanForward, dtype: torch.dtype, kernel: KernelChoice) -> NativeDecode | None:
-    """The compiled decode step for ``kernel`` (``auto``: where it can run), or None for eager torch."""
-    if kernel not in ("auto", "native", "torch"):
-        raise ValueError(f"kernel must be 'auto', 'native' or 'torch', got {kernel!r}")
-    if kernel == "torch":
-        return None
-    why = native_unsupported(fwd, dtype)
-    if why is None:
-        return NativeDecode(fwd)
-    if kernel == "native":
-        raise KernelUnavailable(f"rollout.engine_kernel=native cannot run here: {why}")
-    return None

@@ -7,7 +7,8 @@
 When it applies (:func:`native_unsupported` says why not otherwise): the extension was built (``pip install``
 compiles it; ``optional``, so a machine without a C compiler installs harmonyrl anyway), the engine runs in
 fp32, head_dim is 8, 16, 32 or 64 and there are at most 64 experts. Otherwise the engine decodes with eager
-torch, the reference this step is tested against (``tests/engine/test_native.py``).
+torch, the reference this step is tested against (``tests/engine/test_native.py``). :func:`use_native` turns
+``rollout.engine_kernel`` into a decision, or a one-line error where ``native`` cannot run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from typing import TYPE_CHECKING, Literal
 import torch
 import torch.nn.functional as F
 
+from harmonyrl.errors import KernelUnavailable
+
 if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
     from harmonyrl.engine.forward import LeanForward
 
 KernelChoice = Literal["auto", "native", "torch"]
@@ -67,18 +72,30 @@ def isa() -> str | None:
     return None if lib is None else lib.hrl_isa().decode()
 
 
-def native_unsupported(fwd: LeanForward, dtype: torch.dtype) -> str | None:
-    """Why the compiled step cannot serve this engine, or None if it can."""
+def native_unsupported(config: PretrainedConfig, dtype: torch.dtype) -> str | None:
+    """Why the compiled step cannot serve an engine for a model of ``config`` in ``dtype``, or None if it can."""
     if library() is None:
         return "the C extension harmonyrl.engine._decode was not built (no C compiler at install time?)"
     if dtype != torch.float32:
         return f"it computes in float32 only, the engine runs in {dtype}"
-    if fwd.head_dim not in (8, 16, 32, 64):
-        return f"head_dim must be 8, 16, 32 or 64 (gpt-oss: 64), got {fwd.head_dim}"
-    experts = fwd.model.config.num_local_experts
-    if experts > 64:
-        return f"at most 64 experts, got {experts}"
+    if config.head_dim not in (8, 16, 32, 64):
+        return f"head_dim must be 8, 16, 32 or 64 (gpt-oss: 64), got {config.head_dim}"
+    if config.num_local_experts > 64:
+        return f"at most 64 experts, got {config.num_local_experts}"
     return None
+
+
+def use_native(kernel: KernelChoice, config: PretrainedConfig, dtype: torch.dtype) -> bool:
+    """Whether an engine asked for ``kernel`` runs the compiled step (``auto``: wherever it can). Raises
+    :class:`~harmonyrl.errors.KernelUnavailable` if ``native`` was asked for where it cannot run."""
+    if kernel not in ("auto", "native", "torch"):
+        raise ValueError(f"kernel must be 'auto', 'native' or 'torch', got {kernel!r}")
+    if kernel == "torch":
+        return False
+    why = native_unsupported(config, dtype)
+    if why is not None and kernel == "native":
+        raise KernelUnavailable(f"rollout.engine_kernel=native cannot run here: {why}")
+    return why is None
 
 
 PANEL = 16

@@ -32,6 +32,7 @@ from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.setup import (
+    check_engine_kernel,
     check_sinks,
     held_out_eval,
     load_for,
@@ -254,6 +255,7 @@ async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> di
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = load_for(checkpoint, tok)
+    check_engine_kernel(config, model)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)
     with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):

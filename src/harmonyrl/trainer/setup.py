@@ -14,6 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.native import use_native
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.factory import make_factory as make_env_factory
 from harmonyrl.envs.faults import inject_faults
@@ -115,9 +116,19 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
     return model
 
 
+def _engine_dtype(config: RunConfig) -> torch.dtype:
+    return torch.bfloat16 if config.rollout.engine_dtype == "bfloat16" else torch.float32
+
+
+def check_engine_kernel(config: RunConfig, model: torch.nn.Module) -> None:
+    """Fail before any work (and before the run folder exists) when ``rollout.engine_kernel=native`` cannot run
+    for this model and install: the engine itself is only built after the SFT warm start."""
+    use_native(config.rollout.engine_kernel, model.config, _engine_dtype(config))
+
+
 def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
     r = config.rollout
-    dtype = torch.bfloat16 if r.engine_dtype == "bfloat16" else torch.float32
+    dtype = _engine_dtype(config)
     engine = LocalEngine(
         model,
         max_batch=r.max_batch,
@@ -150,6 +161,7 @@ def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Pa
     if not resume:
         model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
         check_sinks(config)
+        check_engine_kernel(config, model)
         return prepare_run_dir(config), model, None
     run_dir = config.output_dir / str(config.run_name)
     if not (run_dir / "config.yaml").is_file():
@@ -157,9 +169,10 @@ def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Pa
     check_sinks(config)
     saved = load_progress(run_dir)
     rewind_files(run_dir, saved)
+    model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok)
+    check_engine_kernel(config, model)
     if saved is None:
-        return run_dir, make_model(config, tok), None
-    model = load_for(saved.model_dir, tok)
+        return run_dir, model, None
     set_kernel(model, config.model.attention)
     restore_rngs(saved.state)
     return run_dir, model, saved
