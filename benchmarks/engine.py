@@ -113,10 +113,10 @@ def main() -> None:
     for label, tokens, seconds in rows:
         print(f"{label:<24}{tokens:>8}{seconds:>10.3f}{tokens / seconds:>11.1f}")
     stats = engine.stats
-    runs, rest = REPEATS + 1, stats.busy_seconds - stats.prefill_seconds
+    runs, rest = REPEATS + 1, stats.compute_seconds - stats.prefill_seconds
     print(
         f"{name} (warm-up + {REPEATS} runs): steps={stats.steps} mean_batch={stats.mean_batch_size:.1f} "
-        f"busy_s={stats.busy_seconds:.3f} tokens={stats.tokens_generated}; per run: prefill "
+        f"compute_s={stats.compute_seconds:.3f} tokens={stats.tokens_generated}; per run: prefill "
         f"{stats.prefill_seconds / runs:.3f} s, decode + sampling {rest / runs:.3f} s "
         f"({rest / (stats.steps - runs) * 1e3:.2f} ms per step)"
     )

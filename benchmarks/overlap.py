@@ -15,7 +15,9 @@ seeds) run two ways in one process:
 Prompts are 128 tokens whose first 96 are shared by every episode (``--shared-prefix``), as an environment's
 system + developer messages are; ``--shared-prefix 0`` gives fully random prompts.
 
-Engine busy is only meaningful when the engine is the bottleneck, i.e. when the total generation work is
+Engine busy is the engine's own time (``EngineStats.busy_seconds``: whole steps, from admitting requests
+through the model and sampling to resolving finished ones); the model and sampler alone are printed as
+``compute``. Busy is only meaningful when the engine is the bottleneck, i.e. when the total generation work is
 much longer than the slowest single episode: hence many episodes. Two figures are printed:
 
 * ``engine_busy`` — over the steady state, from the start until the last episode enters (``--in-flight``
@@ -84,18 +86,21 @@ class AsyncRun:
     """Seconds from the start until the last episode entered (episodes in flight == ``in_flight`` throughout)."""
     steady_busy_s: float
     """Engine busy seconds within that window."""
+    steady_compute_s: float
+    """The model's and sampler's part of them."""
 
 
 async def run_async(
     engine: LocalEngine, ps: list[list[int]], lat: list[list[float]], tokens: int, in_flight: int
 ) -> AsyncRun:
     gate = asyncio.Semaphore(in_flight)
-    busy0, steady = engine.stats.busy_seconds, [0.0, 0.0]
+    stats = engine.stats
+    busy0, compute0, steady = stats.busy_seconds, stats.compute_seconds, [0.0, 0.0, 0.0]
 
     async def episode(i: int) -> None:
         async with gate:
             if i == len(ps) - 1:  # the last one enters: from here on fewer and fewer are in flight
-                steady[:] = [time.perf_counter() - t0, engine.stats.busy_seconds - busy0]
+                steady[:] = [time.perf_counter() - t0, stats.busy_seconds - busy0, stats.compute_seconds - compute0]
             ids = ps[i]
             for t, delay in enumerate(lat[i]):
                 ids = await _turn(engine, ids, tokens, seed=i * 100 + t)
@@ -103,7 +108,7 @@ async def run_async(
 
     t0 = time.perf_counter()
     await asyncio.gather(*(episode(i) for i in range(len(ps))))
-    return AsyncRun(time.perf_counter() - t0, steady[0], steady[1])
+    return AsyncRun(time.perf_counter() - t0, *steady)
 
 
 async def run_lockstep(
@@ -148,7 +153,8 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"{'lock-step':<10}{n_lock:>10}{wall_lock:>10.1f}{eps_lock:>12.2f}")
     print(
         f"engine busy (async): {busy:.1%} of the first {run.steady_s:.1f} s (until the last episode entered), "
-        f"{busy_all:.1%} of the whole {wall_async:.1f} s"
+        f"{busy_all:.1%} of the whole {wall_async:.1f} s; model + sampling alone: "
+        f"{run.steady_compute_s / run.steady_s:.1%} of the first"
     )
     print(f"RESULT async_vs_lockstep={eps_async / eps_lock:.2f} engine_busy={busy:.3f} engine_busy_all={busy_all:.3f}")
 

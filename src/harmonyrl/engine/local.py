@@ -57,8 +57,13 @@ class EngineStats:
 
     tokens_generated: int = 0
     busy_seconds: float = 0.0
+    """The engine's own time: whole steps, from admitting requests through the model and sampling to resolving
+    finished requests and caching their conversations. Not counted: waiting for requests, and the time the
+    event loop gives to the agents' code (rendering, parsing, starting tools) between steps."""
+    compute_seconds: float = 0.0
+    """The part of ``busy_seconds`` spent in the model and the sampler (the rest: slot and cache bookkeeping)."""
     prefill_seconds: float = 0.0
-    """The part of ``busy_seconds`` spent prefilling newly admitted prompts (the rest: decode and sampling)."""
+    """The part of ``compute_seconds`` spent prefilling newly admitted prompts (the rest: decode and sampling)."""
     steps: int = 0
     rows_stepped: int = 0
     prefix_tokens_reused: int = 0
@@ -74,11 +79,12 @@ class EngineStats:
 
     def since(self, earlier: EngineStats, wall_s: float) -> dict[str, float]:
         """``engine/*`` metrics of the work done since ``earlier`` (a copy of these stats) in ``wall_s`` seconds:
-        the fraction of the wall time the engine computed (and prefilled), rows per step, the fraction of prompt
-        tokens that came from the prefix cache, and slot moves."""
+        the fractions of the wall time the engine was stepping, computing and prefilling, rows per step, the
+        fraction of prompt tokens that came from the prefix cache, and slot moves."""
         steps, prompt = self.steps - earlier.steps, self.prompt_tokens - earlier.prompt_tokens
         return {
             "engine/busy_frac": (self.busy_seconds - earlier.busy_seconds) / max(wall_s, 1e-9),
+            "engine/compute_frac": (self.compute_seconds - earlier.compute_seconds) / max(wall_s, 1e-9),
             "engine/prefill_frac": (self.prefill_seconds - earlier.prefill_seconds) / max(wall_s, 1e-9),
             "engine/mean_batch": (self.rows_stepped - earlier.rows_stepped) / max(steps, 1),
             "engine/prefix_reused_frac": (self.prefix_tokens_reused - earlier.prefix_tokens_reused) / max(prompt, 1),
@@ -219,6 +225,7 @@ class LocalEngine:
                     wakeup.clear()
                     await wakeup.wait()
                     continue
+                start = time.perf_counter()
                 self._compact()
                 new, old = self._admit(), sorted(self._active, key=lambda r: r.slot)
                 self._active.extend(new)
@@ -228,6 +235,7 @@ class LocalEngine:
                     self._finish_all(new + old, exc)
                 else:
                     self._advance(new + old, tokens, logprobs)
+                self.stats.busy_seconds += time.perf_counter() - start
                 await asyncio.sleep(0)  # let the agent loops just resolved send their next requests
         except BaseException as exc:
             self._abandon_all(exc if isinstance(exc, Exception) else None)
@@ -325,7 +333,7 @@ class LocalEngine:
             logits = parts[0] if len(parts) == 1 else torch.cat(parts)
             tokens, logprobs = sample(logits, self._row_params(new + old))
             out = tokens.tolist(), logprobs.tolist()
-        self.stats.busy_seconds += time.perf_counter() - start
+        self.stats.compute_seconds += time.perf_counter() - start
         self.stats.steps += 1
         self.stats.rows_stepped += len(new) + len(old)
         self.stats.tokens_generated += len(new) + len(old)
