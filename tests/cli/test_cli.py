@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harmonyrl.cli import app
+from harmonyrl.engine.native import isa
 
 runner = CliRunner()
 TINY = [
@@ -28,6 +29,7 @@ TINY = [
 def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
     result = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=smoke"])
     assert result.exit_code == 0, result.output
+    assert f"engine decode native ({isa()})" in " ".join(result.output.split())  # rich wraps lines
     run = tmp_path / "smoke"
     assert (run / "config.yaml").is_file()
     assert (run / "checkpoints" / "final" / "model.safetensors").is_file()

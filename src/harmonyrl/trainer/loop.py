@@ -112,7 +112,8 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
-        f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}{where}"
+        f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}  "
+        f"engine decode {check_engine_kernel(config, model)}{where}"
     )
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
 

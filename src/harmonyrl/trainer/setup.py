@@ -14,7 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.native import use_native
+from harmonyrl.engine.native import isa, native_unsupported, use_native
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.factory import make_factory as make_env_factory
 from harmonyrl.envs.faults import inject_faults
@@ -120,10 +120,15 @@ def _engine_dtype(config: RunConfig) -> torch.dtype:
     return torch.bfloat16 if config.rollout.engine_dtype == "bfloat16" else torch.float32
 
 
-def check_engine_kernel(config: RunConfig, model: torch.nn.Module) -> None:
+def check_engine_kernel(config: RunConfig, model: torch.nn.Module) -> str:
     """Fail before any work (and before the run folder exists) when ``rollout.engine_kernel=native`` cannot run
-    for this model and install: the engine itself is only built after the SFT warm start."""
-    use_native(config.rollout.engine_kernel, model.config, _engine_dtype(config))
+    for this model and install: the engine itself is only built after the SFT warm start. Returns what the
+    engine will decode with, for the run's header: ``native (avx2)``, or ``torch`` and why not native."""
+    kernel, dtype = config.rollout.engine_kernel, _engine_dtype(config)
+    if use_native(kernel, model.config, dtype):
+        return f"native ({isa()})"
+    why = native_unsupported(model.config, dtype)
+    return "torch" if kernel == "torch" or why is None else f"torch ({why})"
 
 
 def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
