@@ -13,7 +13,7 @@ setup(
     ext_modules=[
         Extension(
             "harmonyrl.engine._decode",
-            sources=[f"{NATIVE}/decode.c", f"{NATIVE}/decode_avx2.c", f"{NATIVE}/decode_generic.c"],
+            sources=[f"{NATIVE}/{name}.c" for name in ("decode", "decode_avx2", "decode_generic", "sample")],
             depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/model.h"],
             # -Wno-psabi: the generic build passes 32-byte vectors between inlined helpers, which GCC warns about
             extra_compile_args=["-O3", "-fopenmp", "-std=gnu11", "-fno-math-errno", "-Wno-psabi"],

@@ -17,7 +17,9 @@ system + developer messages are; ``--shared-prefix 0`` gives fully random prompt
 
 Engine busy is the engine's own time (``EngineStats.busy_seconds``: whole steps, from admitting requests
 through the model and sampling to resolving finished ones); the model and sampler alone are printed as
-``compute``. Busy is only meaningful when the engine is the bottleneck, i.e. when the total generation work is
+``compute``. The issue's own measure, the time the engine *had work* (requests queued or running), is printed
+as ``had work``: it also counts the agents' turns on the shared thread while requests wait. Busy is only
+meaningful when the engine is the bottleneck, i.e. when the total generation work is
 much longer than the slowest single episode: hence many episodes. Two figures are printed:
 
 * ``engine_busy`` — over the steady state, from the start until the last episode enters (``--in-flight``
@@ -26,7 +28,7 @@ much longer than the slowest single episode: hence many episodes. Two figures ar
   fewer episodes remain and the last slow tool calls run with nothing left to generate.
 
 Prints episodes/s for both modes. Last line:
-``RESULT async_vs_lockstep=… engine_busy=… engine_busy_all=…``.
+``RESULT async_vs_lockstep=… engine_busy=… engine_busy_all=… engine_had_work=…``.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class AsyncRun:
     """Engine busy seconds within that window."""
     steady_compute_s: float
     """The model's and sampler's part of them."""
+    steady_idle_s: float
+    """Seconds in that window the engine had nothing queued or running."""
 
 
 async def run_async(
@@ -95,12 +99,18 @@ async def run_async(
 ) -> AsyncRun:
     gate = asyncio.Semaphore(in_flight)
     stats = engine.stats
-    busy0, compute0, steady = stats.busy_seconds, stats.compute_seconds, [0.0, 0.0, 0.0]
+    busy0, compute0, idle0 = stats.busy_seconds, stats.compute_seconds, stats.settled().idle_seconds
+    steady = [0.0, 0.0, 0.0, 0.0]
 
     async def episode(i: int) -> None:
         async with gate:
             if i == len(ps) - 1:  # the last one enters: from here on fewer and fewer are in flight
-                steady[:] = [time.perf_counter() - t0, stats.busy_seconds - busy0, stats.compute_seconds - compute0]
+                steady[:] = [
+                    time.perf_counter() - t0,
+                    stats.busy_seconds - busy0,
+                    stats.compute_seconds - compute0,
+                    stats.settled().idle_seconds - idle0,
+                ]
             ids = ps[i]
             for t, delay in enumerate(lat[i]):
                 ids = await _turn(engine, ids, tokens, seed=i * 100 + t)
@@ -156,7 +166,12 @@ async def main_async(args: argparse.Namespace) -> None:
         f"{busy_all:.1%} of the whole {wall_async:.1f} s; model + sampling alone: "
         f"{run.steady_compute_s / run.steady_s:.1%} of the first"
     )
-    print(f"RESULT async_vs_lockstep={eps_async / eps_lock:.2f} engine_busy={busy:.3f} engine_busy_all={busy_all:.3f}")
+    had_work = 1 - run.steady_idle_s / run.steady_s
+    print(f"engine had work (requests queued or running): {had_work:.1%} of the first {run.steady_s:.1f} s")
+    print(
+        f"RESULT async_vs_lockstep={eps_async / eps_lock:.2f} engine_busy={busy:.3f} engine_busy_all={busy_all:.3f} "
+        f"engine_had_work={had_work:.3f}"
+    )
 
 
 def main() -> None:

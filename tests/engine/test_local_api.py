@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.local import EngineStats, LocalEngine
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import Generation, SamplingParams
 
@@ -127,6 +128,32 @@ def test_close_cancels_pending_and_engine_restarts_lazily(model: GptOssForCausal
     assert len(one(engine, PROMPT, SamplingParams(max_new_tokens=2)).token_ids) == 2  # new loop, new worker
     assert engine.stats.tokens_generated > 0 and engine.stats.busy_seconds > 0
     assert engine.stats.mean_batch_size >= 1.0
+
+
+def test_stats_split_the_engines_time_into_compute_bookkeeping_and_idle(model: GptOssForCausalLM) -> None:
+    """compute ≤ busy (whole steps); idle counts only the time with nothing queued or running."""
+    engine = LocalEngine(model, max_batch=2, max_seq_len=512)
+
+    async def go() -> None:
+        await engine.generate(PROMPT, SamplingParams(max_new_tokens=8))
+        idle_before = engine.stats.idle_seconds
+        await asyncio.sleep(0.05)  # the worker waits for work here
+        await engine.generate(PROMPT, SamplingParams(max_new_tokens=8))
+        assert engine.stats.idle_seconds - idle_before >= 0.045
+        # a window opened during a wait counts that wait only from the window's start
+        await asyncio.sleep(0.2)
+        earlier, start = engine.stats.settled(), time.perf_counter()
+        await asyncio.sleep(0.05)
+        in_window = engine.stats.since(earlier, time.perf_counter() - start)["engine/idle_frac"]
+        await engine.generate(PROMPT, SamplingParams(max_new_tokens=8))
+        assert 0.9 < in_window <= 1.0
+        await engine.close()
+
+    asyncio.run(go())
+    stats = engine.stats
+    assert 0 < stats.prefill_seconds < stats.compute_seconds < stats.busy_seconds
+    metrics = stats.since(EngineStats(), wall_s=stats.busy_seconds)
+    assert metrics["engine/busy_frac"] == 1.0 and 0 < metrics["engine/compute_frac"] < 1
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from harmonyrl.engine.sampling import RowParams, gumbel_noise, sample, seed_key
+from harmonyrl.engine import native
+from harmonyrl.engine.sampling import RowParams, gumbel_noise, gumbel_uniform, sample, seed_key
 
 
 def rows(n: int, counters: torch.Tensor, temperature: float = 1.0, top_k: int = 0) -> RowParams:
@@ -53,3 +55,36 @@ def test_temperature_one_and_greedy_rows_match_the_plain_formula() -> None:
     want = (logits / torch.where(temps > 0, temps, 1.0)[:, None] + noise).argmax(-1)
     want = torch.where(temps > 0, want, logits.argmax(-1))
     assert torch.equal(tokens, want)
+
+
+def _mix32_py(x: int) -> int:
+    """The hash in plain Python ints: a third implementation, independent of torch and of C."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x1B873593) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_uniforms_in_c_torch_and_python_agree_bit_for_bit() -> None:
+    """The C uniforms (what the engine samples with) equal the torch reference and a plain-Python derivation,
+    including keys and counters at the edges of 32 bits and vocab sizes that are not multiples of a vector."""
+    assert native.library() is not None, "the C extension was not built: pip install -e . needs a C compiler"
+    keys = torch.tensor([0, 1, 2**32 - 1, seed_key(42), -1, 2**40 + 7], dtype=torch.int64)
+    counters = torch.tensor([0, 2**32 - 1, 3, 17, 5, 2**33], dtype=torch.int64)
+    for vocab in (1, 7, 50, 1536):
+        fast = native.gumbel_uniform(keys, counters, vocab)
+        assert fast is not None and torch.equal(fast, gumbel_uniform(keys, counters, vocab)), vocab
+    for r, (key, counter) in enumerate(zip(keys.tolist(), counters.tolist(), strict=True)):
+        row = _mix32_py(_mix32_py(key & 0xFFFFFFFF) ^ (counter & 0xFFFFFFFF))
+        for v in range(7):
+            bits = _mix32_py((row + v * 0x9E3779B9) & 0xFFFFFFFF)
+            assert native.gumbel_uniform(keys, counters, 7)[r, v].item() == ((bits >> 9) + 0.5) / 2**23
+
+
+def test_noise_is_the_same_without_the_c_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys, counters = torch.tensor([seed_key(3), seed_key(4)]), torch.tensor([0, 9])
+    with_c = gumbel_noise(keys, counters, 300)
+    monkeypatch.setattr(native, "library", lambda: None)
+    assert native.gumbel_uniform(keys, counters, 300) is None
+    assert torch.equal(gumbel_noise(keys, counters, 300), with_c)

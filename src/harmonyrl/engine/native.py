@@ -9,6 +9,9 @@ compiles it; ``optional``, so a machine without a C compiler installs harmonyrl 
 fp32, head_dim is 8, 16, 32 or 64 and there are at most 64 experts. Otherwise the engine decodes with eager
 torch, the reference this step is tested against (``tests/engine/test_native.py``). :func:`use_native` turns
 ``rollout.engine_kernel`` into a decision, or a one-line error where ``native`` cannot run.
+
+The extension also computes the sampler's Gumbel uniforms (:func:`gumbel_uniform`, ``csrc/sample.c``) for
+either kernel: the same bits as the torch reference, so it changes no sampled token, only the time.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def library() -> ctypes.CDLL | None:
     lib.hrl_decode.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _I, _I, _I, _F, _I, ctypes.c_int64]
     lib.hrl_decode.restype = ctypes.c_int
     lib.hrl_isa.restype = ctypes.c_char_p
+    lib.hrl_gumbel_uniform.argtypes = [_I, _I, ctypes.c_int64, ctypes.c_int64, _F, ctypes.c_int64]
+    lib.hrl_gumbel_uniform.restype = None
     return lib
 
 
@@ -120,6 +125,18 @@ def _f(t: torch.Tensor | None) -> ctypes._Pointer[ctypes.c_float] | None:
 def _i(t: torch.Tensor) -> ctypes._Pointer[ctypes.c_int64]:
     assert t.dtype == torch.int64 and t.is_contiguous()
     return ctypes.cast(t.data_ptr(), _I)
+
+
+def gumbel_uniform(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
+    """The uniforms ``u`` ``[B, V]`` of :func:`harmonyrl.engine.sampling.gumbel_noise`, bit for bit, computed in
+    C (``csrc/sample.c``) from int64 ``keys`` and ``counters`` ``[B]``; None without the extension."""
+    lib = library()
+    if lib is None:
+        return None
+    keys, counters = keys.to(torch.int64).contiguous(), counters.to(torch.int64).contiguous()
+    u = torch.empty(keys.shape[0], vocab_size)
+    lib.hrl_gumbel_uniform(_i(keys), _i(counters), keys.shape[0], vocab_size, _f(u), torch.get_num_threads())
+    return u
 
 
 class NativeDecode:

@@ -3,8 +3,9 @@
 Why counter-based noise: a request must sample the same tokens whatever else shares its batch and whenever
 it arrived. A stateful ``torch.Generator`` cannot promise that; a hash of (seed, token index, vocab index)
 can. We use Gumbel-max: ``argmax(filtered_logits / T + g)`` with ``g = -log(-log(u))`` is an exact sample
-of ``softmax(filtered_logits / T)``, and ``u`` comes from an integer hash computed with vectorised int64
-ops (32-bit values; products may wrap in int64 but their low 32 bits stay exact).
+of ``softmax(filtered_logits / T)``, and ``u`` comes from an integer hash of 32-bit values. The C extension
+computes it in one pass (``engine/csrc/sample.c``); :func:`gumbel_uniform` is the same hash in torch int64 ops,
+the reference it is tested against and the fallback without the extension: the bits are the same either way.
 
 ``Generation.logprobs`` are ``log_softmax`` of the *unmodified* logits at the sampled token, so they are
 directly comparable with the trainer's log-probs.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harmonyrl.engine import native
 from harmonyrl.types import SamplingParams
 
 _M32 = 0xFFFFFFFF
@@ -56,12 +58,20 @@ def seed_key(seed: int) -> int:
 
 def gumbel_noise(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Gumbel noise ``[B, V]`` (fp32), a pure function of ``keys`` ``[B]``, ``counters`` ``[B]`` (the index of
-    the token within its request) and the vocab index."""
+    the token within its request) and the vocab index. The uniforms come from the C extension where it is built
+    (the same bits as :func:`gumbel_uniform`, in about a tenth of the time), else from torch."""
+    u = native.gumbel_uniform(keys, counters, vocab_size)
+    if u is None:
+        u = gumbel_uniform(keys, counters, vocab_size)
+    return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: [B, V] is the step's largest tensor
+
+
+def gumbel_uniform(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The uniforms ``u`` ``[B, V]`` in (0, 1) behind :func:`gumbel_noise`, in torch (the reference)."""
     row = _mix32(_mix32(keys & _M32) ^ (counters & _M32))
     bits = _mix32_((row[:, None] + _vocab_offsets(vocab_size)[None, :]).bitwise_and_(_M32))
     # top 23 bits + 0.5 are exact in fp32, so u lies strictly inside (0, 1): no log(0)
-    u = bits.bitwise_right_shift_(9).float().add_(0.5).mul_(1.0 / 2**23)
-    return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: [B, V] is the step's largest tensor
+    return bits.bitwise_right_shift_(9).float().add_(0.5).mul_(1.0 / 2**23)
 
 
 def _mix32_(x: torch.Tensor) -> torch.Tensor:

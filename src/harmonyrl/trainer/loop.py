@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -159,7 +159,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
-        engine_before = replace(engine.stats)
+        engine_before = engine.stats.settled()
         rollout = await run_episodes(
             engine, step_factory, tok, requests, params, limits, r.max_batch, r.retry_faulted_groups
         )
