@@ -59,7 +59,7 @@ def seed_key(seed: int) -> int:
 def gumbel_noise(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Gumbel noise ``[B, V]`` (fp32), a pure function of ``keys`` ``[B]``, ``counters`` ``[B]`` (the index of
     the token within its request) and the vocab index. The uniforms come from the C extension where it is built
-    (the same bits as :func:`gumbel_uniform`, in about a tenth of the time), else from torch."""
+    (the same bits as :func:`gumbel_uniform`, in a tenth of the time), else from torch."""
     u = native.gumbel_uniform(keys, counters, vocab_size)
     if u is None:
         u = gumbel_uniform(keys, counters, vocab_size)
