@@ -196,16 +196,6 @@ class RunConfig(Frozen):
             raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
         return self
 
-    @model_validator(mode="after")
-    def _native_is_fp32(self) -> RunConfig:
-        r = self.rollout
-        if r.engine_kernel == "native" and r.engine_dtype != "float32":
-            raise ValueError(
-                f"rollout.engine_kernel=native computes in float32 only, rollout.engine_dtype is {r.engine_dtype} "
-                "(use engine_kernel=auto to fall back to eager torch)"
-            )
-        return self
-
 
 class ConfigError(ValueError):
     """A user mistake in the config: the message is one line that names the key."""

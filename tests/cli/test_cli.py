@@ -97,7 +97,7 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
         (["train", "rollout.engine_kernel=gpu"], "rollout.engine_kernel"),
         (
             ["train", "rollout.engine_kernel=native", "rollout.engine_dtype=bfloat16"],
-            "rollout.engine_kernel=native computes in float32 only",
+            "rollout.engine_kernel=native cannot run here: it computes in float32 only",
         ),
     ],
 )

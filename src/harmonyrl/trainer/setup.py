@@ -125,10 +125,11 @@ def check_engine_kernel(config: RunConfig, model: torch.nn.Module) -> str:
     for this model and install: the engine itself is only built after the SFT warm start. Returns what the
     engine will decode with, for the run's header: ``native (avx2)``, or ``torch`` and why not native."""
     kernel, dtype = config.rollout.engine_kernel, _engine_dtype(config)
-    if use_native(kernel, model.config, dtype):
+    if kernel == "torch":
+        return "torch"
+    if use_native(kernel, model.config, dtype):  # raises for ``native`` where it cannot run
         return f"native ({isa()})"
-    why = native_unsupported(model.config, dtype)
-    return "torch" if kernel == "torch" or why is None else f"torch ({why})"
+    return f"torch ({native_unsupported(model.config, dtype)})"
 
 
 def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
