@@ -25,12 +25,12 @@ from transformers import GptOssForCausalLM
 from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.algorithms.losses import masked_token_mean
 from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.routing import EngineRouting
-from harmonyrl.models.routing import NOT_ROUTED
+from harmonyrl.engine.routing_capture import EngineRouting
+from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import Batch, collate
 from harmonyrl.trainer.rl import _no_grad_pass
-from harmonyrl.trainer.routing import routing_metrics
+from harmonyrl.trainer.routing_replay import routing_metrics
 from harmonyrl.types import Routing, SamplingParams, Trajectory
 
 VOCAB, EPISODES, REPEATS = 1536, 32, 8

@@ -4,7 +4,7 @@
     python scripts/train_tokenizer.py --out /tmp/x  # writes /tmp/x/tokenizer.json
 
 Corpus (fixed order, fixed seeds): harmony-rendered calculator conversations — taken from
-``harmonyrl.envs.calculator`` when importable, else from a built-in generator of the same shape — plus a
+``harmonyrl.tasks.calculator`` when importable, else from a built-in generator of the same shape — plus a
 small built-in English/JSON text so that free text in other envs does not fall back to single bytes.
 The conversations are rendered with the real renderer through a recording codec, so BPE sees exactly the
 text pieces the renderer encodes (each header piece and each content string separately).
@@ -116,7 +116,7 @@ class _Recorder:
 
 
 def _fallback_episodes(seed: int, n: int) -> Iterator[tuple[str, list[ToolSpec], list[Message]]]:
-    """Calculator-like episodes when ``harmonyrl.envs.calculator`` is not available."""
+    """Calculator-like episodes when ``harmonyrl.tasks.calculator`` is not available."""
     rng = random.Random(seed)
     tool = ToolSpec(
         "calculator",
@@ -150,7 +150,7 @@ def _fallback_episodes(seed: int, n: int) -> Iterator[tuple[str, list[ToolSpec],
 
 def _episodes(seed: int, n: int) -> Iterator[tuple[str, list[ToolSpec], list[Message]]]:
     try:
-        from harmonyrl.envs.calculator import CalculatorFactory, expert_demo
+        from harmonyrl.tasks.calculator import CalculatorFactory, expert_demo
     except ImportError:
         yield from _fallback_episodes(seed, n)
         return

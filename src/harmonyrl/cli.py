@@ -225,7 +225,7 @@ def replay(
     rescore: Annotated[bool, typer.Option(help="Also re-score the stored episodes through the environment.")] = False,
 ) -> None:
     """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
-    from harmonyrl.rollout import replay as rp
+    from harmonyrl.trainer import replay_step as rp
 
     try:
         result = rp.replay_step(run_dir, step, checkpoint, save)

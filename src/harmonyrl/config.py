@@ -18,8 +18,8 @@ from pydantic.fields import FieldInfo
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
-from harmonyrl.envs.config import CalculatorEnvConfig, EnvConfig
 from harmonyrl.frozen import Frozen
+from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
 
 class ModelConfig(Frozen):
@@ -125,7 +125,7 @@ class RLConfig(Frozen):
     routing_replay: Literal["none", "r2", "r3"] = "none"
     """MoE routing the trainer's forward uses: its own top-k (none); the experts of the step's first trainer
     pass, reused by every later pass (r2); the experts the engine chose when sampling (r3). Combine weights
-    always come from the current router logits, so the router keeps learning (see models/routing.py)."""
+    always come from the current router logits, so the router keeps learning (see models/moe_routing.py)."""
 
     @property
     def uses_critic(self) -> bool:

@@ -86,7 +86,7 @@ class Routing:
     """MoE routing of a token stream: ``ids`` ``[T, L, k]`` — the top-k expert ids at each position, per layer.
 
     The one tensor among these types: ``T·L·k`` small ints are too many for a tuple. int8 (int16 beyond 127
-    experts, see :func:`harmonyrl.models.routing.routing_dtype`); ``-1`` marks a token-layer whose routing
+    experts, see :func:`harmonyrl.models.moe_routing.routing_dtype`); ``-1`` marks a token-layer whose routing
     was never computed (the trainer then routes it itself). Equality compares values and dtype.
     """
 

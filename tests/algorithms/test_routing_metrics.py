@@ -7,7 +7,7 @@ import math
 import torch
 from transformers.models.gpt_oss.modeling_gpt_oss import load_balancing_loss_func
 
-from harmonyrl.algorithms.routing import expert_load, load_imbalance, router_aux_loss, routing_agreement
+from harmonyrl.algorithms.routing_metrics import expert_load, load_imbalance, router_aux_loss, routing_agreement
 
 
 def test_agreement_compares_sets_and_skips_unrecorded_and_invalid() -> None:

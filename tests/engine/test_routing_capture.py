@@ -13,7 +13,7 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.local import LocalEngine
-from harmonyrl.models.routing import MoeRouting
+from harmonyrl.models.moe_routing import MoeRouting
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rollout.agent_loop import _Builder
 from harmonyrl.trainer.batch import score

@@ -7,8 +7,8 @@ from typing import Literal
 
 import pytest
 
-from harmonyrl.envs.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.envs.checker import assert_env_ok, check_env
+from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.types import Message, StepResult, Task
 
 
@@ -61,7 +61,7 @@ def _builtin_env_configs() -> list[object]:
     """One default config per member of the ``EnvConfig`` union: a new env is covered without editing this."""
     from typing import get_args
 
-    from harmonyrl.envs.config import EnvConfig
+    from harmonyrl.tasks.config import EnvConfig
 
     union = get_args(EnvConfig)[0]
     return [cls() for cls in get_args(union)]
@@ -70,7 +70,7 @@ def _builtin_env_configs() -> list[object]:
 @pytest.mark.parametrize("env_cfg", _builtin_env_configs(), ids=lambda c: c.name)  # type: ignore[attr-defined]
 def test_every_builtin_env_passes_check_env_from_its_default_config(env_cfg: object) -> None:
     """Through the same path ``harmonyrl train`` takes (config → make_factory), memory wrapper included."""
-    from harmonyrl.envs.factory import make_factory
+    from harmonyrl.tasks.factory import make_factory
 
     if env_cfg.name in ("retool", "humaneval"):  # type: ignore[attr-defined]
         from harmonyrl.sandbox import SandboxUnavailable, check_sandbox

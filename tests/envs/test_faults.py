@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from harmonyrl.config import ConfigError, load_config
-from harmonyrl.envs.calculator import CalculatorFactory, expression_of
 from harmonyrl.envs.faults import EXPECTED_FAILURE, FaultInjector, InjectedKind, inject_faults, injected_metrics
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import RolloutResult, group_requests, run_episodes
+from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
 from harmonyrl.trainer.setup import with_faults
 from harmonyrl.types import Generation, Message, SamplingParams
 

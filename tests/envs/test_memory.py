@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import pytest
 
 from harmonyrl.config import load_config
-from harmonyrl.envs.calculator import CalculatorFactory, expression_of
 from harmonyrl.envs.checker import assert_env_ok
-from harmonyrl.envs.factory import make_factory
 from harmonyrl.envs.memory import MAX_NOTE_CHARS, MAX_NOTES, MemoryEnv, MemoryFactory, Notes, with_memory
-from harmonyrl.envs.sql import SqlFactory, reference_sql
+from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
+from harmonyrl.tasks.factory import make_factory
+from harmonyrl.tasks.sql import SqlFactory, reference_sql
 from harmonyrl.types import Message, StepResult, Task
 
 

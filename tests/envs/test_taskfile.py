@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harmonyrl.envs.checker import check_env
-from harmonyrl.envs.sql import SqlFactory, answer_of
 from harmonyrl.envs.taskfile import TaskFileError, draw_splits, load_tasks_jsonl, read_tasks_jsonl
+from harmonyrl.tasks.sql import SqlFactory, answer_of
 from harmonyrl.types import Task
 
 ROWS: list[dict[str, str | int]] = [

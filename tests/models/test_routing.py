@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GptOssConfig, GptOssForCausalLM
 
-from harmonyrl.models.routing import MoeRouting, routing_dtype
+from harmonyrl.models.moe_routing import MoeRouting, routing_dtype
 from harmonyrl.trainer.batch import MIN_SHARED_PREFIX, score
 
 E, K, HID, INTER, VOCAB = 16, 2, 32, 64, 64

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 import pytest
 import torch
 
-from harmonyrl.envs.calculator import CalculatorFactory, expression_of
 from harmonyrl.harmony.render import render_completion, render_training
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits, initial_messages, run_episode
 from harmonyrl.rollout.scheduler import EpisodeRequest, run_episodes
+from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
 from harmonyrl.types import Generation, Message, SamplingParams, StepResult
 
 TOK = HarmonyTokenizer.load_default()

@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 import pytest
 import torch
 
-from harmonyrl.envs.calculator import CalculatorEnv, CalculatorFactory, expression_of
 from harmonyrl.envs.tools import Tool, Toolbox
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, group_requests, run_episodes
+from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory, expression_of
 from harmonyrl.types import Failure, Generation, Message, SamplingParams, StepResult, Task
 
 TOK = HarmonyTokenizer.load_default()

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 import torch
 from sandbox_helpers import LIMITS, eventually, needs_bwrap, pids_with
 
-from harmonyrl.envs.calculator import CalculatorEnv, CalculatorFactory
+from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import EpisodeRequest, run_episodes
-from harmonyrl.sandbox import make_python_tool
+from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.types import Failure, Generation, Message, SamplingParams, Task
 
 TOK = HarmonyTokenizer.load_default()

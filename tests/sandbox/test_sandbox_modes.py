@@ -17,13 +17,13 @@ import pytest
 from sandbox_helpers import LIMITS, needs_bwrap, run
 
 import harmonyrl
+from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.sandbox import (
     SandboxLimits,
     SandboxUnavailable,
     UnsafeExecutionWarning,
     check_sandbox,
-    make_python_tool,
 )
 from harmonyrl.types import Message
 

@@ -43,7 +43,7 @@ from transformers import GptOssForCausalLM
 from harmonyrl.engine.forward import LeanForward
 from harmonyrl.engine.native import KernelChoice, NativeDecode, use_native
 from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
-from harmonyrl.engine.routing import EngineRouting
+from harmonyrl.engine.routing_capture import EngineRouting
 from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
 from harmonyrl.engine.stats import EngineStats
 from harmonyrl.types import Generation, Routing, SamplingParams
@@ -91,7 +91,7 @@ class LocalEngine:
         self._native = NativeDecode(self._fwd) if use_native(kernel, model.config, dtype) else None
         """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
-        """Experts chosen per position (:mod:`harmonyrl.engine.routing`), returned as ``Generation.routing``."""
+        """Experts chosen per position (:mod:`harmonyrl.engine.routing_capture`), returned as ``Generation.routing``."""
         self.stats = EngineStats()
         self._pending: deque[_Request] = deque()
         self._active: list[_Request] = []

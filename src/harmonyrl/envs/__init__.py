@@ -1,13 +1,12 @@
-"""Environments: the Env protocol, typed tools, the env checker and built-in environments."""
+"""Environments: the Env protocol, typed tools, turns, faults, memory, task files and the env checker.
+
+The built-in environments live in :mod:`harmonyrl.tasks`."""
 
 from harmonyrl.envs.base import Env, EnvFactory
-from harmonyrl.envs.calculator import CalculatorEnv, CalculatorFactory, calculator, expert_demo
 from harmonyrl.envs.checker import CheckIssue, assert_env_ok, check_env
 from harmonyrl.envs.tools import Dispatch, Tool, Toolbox, ToolOutcome, tool
 
 __all__ = [
-    "CalculatorEnv",
-    "CalculatorFactory",
     "CheckIssue",
     "Dispatch",
     "Env",
@@ -16,8 +15,6 @@ __all__ = [
     "ToolOutcome",
     "Toolbox",
     "assert_env_ok",
-    "calculator",
     "check_env",
-    "expert_demo",
     "tool",
 ]

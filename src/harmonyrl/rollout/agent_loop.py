@@ -26,7 +26,7 @@ from harmonyrl.harmony.render import (
     system_message,
 )
 from harmonyrl.harmony.tokenizer import Codec
-from harmonyrl.models.routing import NOT_ROUTED
+from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.types import Failure, Message, Routing, SamplingParams, StepResult, Trajectory, Turn
 
 

@@ -27,12 +27,10 @@ from typing import TYPE_CHECKING
 import yaml
 
 from harmonyrl.telemetry.episodes import Episode, iter_episodes, select_episodes
+from harmonyrl.telemetry.series import Series, as_float, collect_series
 
 if TYPE_CHECKING:
     from harmonyrl.telemetry.report_plots import Plot
-
-Series = dict[str, tuple[list[int], list[float]]]
-"""Metric key → (steps, values), in step order."""
 
 
 class ReportError(ValueError):
@@ -46,20 +44,6 @@ class RunData:
     config_text: str | None = None
     summary: dict[str, object] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-
-
-def _as_float(value: object) -> float | None:
-    """Numbers, and the strings JsonlSink writes for non-finite floats ("nan", "inf"); anything else is not a metric."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
 
 
 def load_metrics(path: Path) -> tuple[list[dict[str, object]], list[str]]:
@@ -90,19 +74,6 @@ def load_metrics(path: Path) -> tuple[list[dict[str, object]], list[str]]:
     if not rows:
         raise ReportError(f"{path}: no metrics recorded yet")
     return rows, warnings
-
-
-def collect_series(rows: list[dict[str, object]]) -> Series:
-    """Metric key → (steps, values) in step order; a step recorded twice (a resumed run) keeps its last value."""
-    by_key: dict[str, dict[int, float]] = {}
-    for row in rows:
-        step = row["step"]
-        assert isinstance(step, int)
-        for key, raw in row.items():
-            value = _as_float(raw)
-            if key not in ("step", "phase") and value is not None:
-                by_key.setdefault(key, {})[step] = value
-    return {k: (sorted(v), [v[s] for s in sorted(v)]) for k, v in by_key.items()}
 
 
 def load_run(run_dir: Path) -> RunData:
@@ -207,7 +178,7 @@ def _message(msg: object, observation: bool = False) -> str:
 
 
 def _episode(ep: Episode) -> str:
-    reward = _as_float(ep.get("reward"))
+    reward = as_float(ep.get("reward"))
     head = [f"step {ep['step']}", f"task <code>{esc(str(ep.get('task_id', '?')))}</code>"]
     head.append(f"reward {reward:.3g}" if reward is not None else "reward ?")
     if ep.get("failure"):

@@ -19,7 +19,7 @@ from typing import Literal
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from harmonyrl.telemetry.report import Series
+from harmonyrl.telemetry.series import Series
 
 Style = Literal["line", "markers", "points"]
 

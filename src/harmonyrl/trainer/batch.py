@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from harmonyrl.models.compat import cache_kwarg, output_cache
-from harmonyrl.models.routing import NOT_ROUTED, MoeRouting
+from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.types import Trajectory
 
 

@@ -2,7 +2,7 @@
 
 It owns the optimizer, the optional value head (critic estimators), the reference model (KL and its
 metric) and the replay buffer (the off-policy soft-Q row), and dispatches on the typed loss choice:
-on-policy PPO-family updates in :mod:`harmonyrl.trainer.rl`, soft Q-learning in :mod:`harmonyrl.trainer.soft_q`.
+on-policy PPO-family updates in :mod:`harmonyrl.trainer.rl`, soft Q-learning in :mod:`harmonyrl.trainer.soft_q_learner`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config import RLConfig
 from harmonyrl.trainer.critic import ValueHead
-from harmonyrl.trainer.replay import ReplayBuffer
+from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.rl import prepare, rl_update
-from harmonyrl.trainer.soft_q import SoftQState, soft_q_update
+from harmonyrl.trainer.soft_q_learner import SoftQState, soft_q_update
 from harmonyrl.types import Trajectory
 
 

@@ -16,7 +16,6 @@ from rich.console import Console
 
 from harmonyrl.config import RunConfig
 from harmonyrl.envs.base import EnvFactory
-from harmonyrl.envs.factory import expert_for
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
@@ -24,6 +23,7 @@ from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.rollout.store import step_path, write_step
+from harmonyrl.tasks.factory import expert_for
 from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress

@@ -6,9 +6,9 @@ rollout correction → token rewards (+ KL penalty) → advantages → epochs ×
 nothing before the loss reads old log-probs for (:func:`single_pass`, the default config), that pass
 supplies them and the no-grad pass is skipped. The first pass also records the MoE routing
 (``routing/*`` metrics); with ``routing_replay`` r2 / r3 every pass routes by a fixed record
-(:mod:`harmonyrl.trainer.routing`). The math lives in :mod:`harmonyrl.algorithms`;
+(:mod:`harmonyrl.trainer.routing_replay`). The math lives in :mod:`harmonyrl.algorithms`;
 which function runs is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft-Q row
-has its own update in :mod:`harmonyrl.trainer.soft_q`.
+has its own update in :mod:`harmonyrl.trainer.soft_q_learner`.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from harmonyrl.algorithms.losses import (
 )
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
-from harmonyrl.models.routing import MoeRouting
+from harmonyrl.models.moe_routing import MoeRouting
 from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
-from harmonyrl.trainer.routing import TrainerRouting, join_routing, mb_routing, routing_metrics
+from harmonyrl.trainer.routing_replay import TrainerRouting, join_routing, mb_routing, routing_metrics
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 32

@@ -16,13 +16,13 @@ from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
 from harmonyrl.engine.local import LocalEngine
 from harmonyrl.engine.native import isa, native_unsupported, use_native
 from harmonyrl.envs.base import EnvFactory
-from harmonyrl.envs.factory import make_factory as make_env_factory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
+from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.trainer.evaluate import evaluate

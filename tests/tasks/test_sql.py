@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES
 from harmonyrl.envs.checker import assert_env_ok
 from harmonyrl.envs.reward import AnswerEnv
-from harmonyrl.envs.sql import (
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES
+from harmonyrl.tasks.sql import (
     QUESTIONS,
     SqlFactory,
     answer_of,

@@ -72,10 +72,11 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
+from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
 from harmonyrl.envs.tools import Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
-from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, make_python_tool, run_python
+from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, run_python
 from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
 
 N_PROBLEMS, N_TEST = 164, 40

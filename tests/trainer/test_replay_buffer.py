@@ -7,7 +7,7 @@ import io
 import pytest
 import torch
 
-from harmonyrl.trainer.replay import ReplayBuffer
+from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.types import Failure, Trajectory
 
 

@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 from harmonyrl.cli import app
 from harmonyrl.config import load_config
 from harmonyrl.envs.checker import assert_env_ok
-from harmonyrl.envs.factory import expert_for, make_factory
-from harmonyrl.envs.maze import STEP, Maze, MazeFactory, canonical_key, expert_demo
 from harmonyrl.envs.memory import MemoryFactory
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits, run_episode
+from harmonyrl.tasks.factory import expert_for, make_factory
+from harmonyrl.tasks.maze import STEP, Maze, MazeFactory, canonical_key, expert_demo
 from harmonyrl.types import Generation, Message, SamplingParams, StepResult, Task
 
 
@@ -60,7 +60,7 @@ def play(actions: Sequence[Sequence[Message]], weights: RewardWeights | None = N
 
 def test_check_env_passes() -> None:
     assert_env_ok(FACTORY, rebuild=small)
-    result = CliRunner().invoke(app, ["check-env", "harmonyrl.envs.maze:MazeFactory", "--tasks", "3"])
+    result = CliRunner().invoke(app, ["check-env", "harmonyrl.tasks.maze:MazeFactory", "--tasks", "3"])
     assert result.exit_code == 0 and "environment contract OK" in result.output, result.output
 
 

@@ -12,103 +12,18 @@ generation is prefix-stable: the first k tasks of a split do not depend on ``n_t
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
-import operator
 import random
 import re
-import warnings
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 from typing import Literal, NamedTuple
 
+from harmonyrl.envs.taskfile import split_of
 from harmonyrl.envs.tools import Tool, Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
+from harmonyrl.tasks.arith import calculator
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
-
-_MAX_EXPR_CHARS = 200
-_MAX_EXPONENT = 64
-_MAX_BITS = 1024  # |values| up to ~1e308: far beyond the tasks, small enough that no input is slow
-
-_OPS: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction | int]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-
-
-class CalculatorError(ValueError):
-    """A bad expression: the model's fault, reported to it as ``{"error": ...}``."""
-
-
-def _bits(x: Fraction) -> int:
-    return max(x.numerator.bit_length(), x.denominator.bit_length())
-
-
-def _check_power(base: Fraction, exponent: Fraction) -> None:
-    # Checked *before* computing: 9**9**9 must be refused, not attempted.
-    if exponent.denominator != 1 or abs(exponent) > _MAX_EXPONENT:
-        raise CalculatorError(f"exponent must be an integer with |exponent| <= {_MAX_EXPONENT}")
-    if _bits(base) * abs(exponent) > _MAX_BITS:
-        raise CalculatorError("result too large")
-
-
-def _eval(node: ast.AST) -> Fraction:
-    # Exact rationals: ``/`` must not lose digits the model is graded on.
-    match node:
-        case ast.Constant(value=int() as v) if not isinstance(v, bool):  # True is an int in Python
-            return Fraction(v)
-        case ast.Constant():
-            raise CalculatorError("only integer numbers are supported")
-        case ast.UnaryOp(op=ast.USub(), operand=x):
-            return -_eval(x)
-        case ast.UnaryOp(op=ast.UAdd(), operand=x):
-            return _eval(x)
-        case ast.BinOp(left=left, op=op, right=right) if type(op) in _OPS:
-            a, b = _eval(left), _eval(right)
-            if isinstance(op, ast.Pow):
-                _check_power(a, b)
-            result = Fraction(_OPS[type(op)](a, b))
-            if _bits(result) > _MAX_BITS:
-                raise CalculatorError("result too large")
-            return result
-        case _:
-            raise CalculatorError(f"unsupported syntax: {type(node).__name__}")
-
-
-def evaluate(expression: str) -> Fraction:
-    """Safely evaluate integer arithmetic (+ - * / // % **, parentheses, unary minus). No names, no calls."""
-    if len(expression) > _MAX_EXPR_CHARS:
-        raise CalculatorError(f"expression longer than {_MAX_EXPR_CHARS} characters")
-    try:
-        with warnings.catch_warnings():  # e.g. "5and" warns before failing; the model sees the error, not stderr
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(expression.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        raise CalculatorError(f"invalid expression: {getattr(e, 'msg', None) or e}") from None
-    try:
-        return _eval(tree.body)
-    except ZeroDivisionError:
-        raise CalculatorError("division by zero") from None
-
-
-def calculator(expression: str) -> str:
-    """Evaluate integer arithmetic exactly.
-
-    Args:
-        expression: For example "347 * 28 + 1191".
-    """
-    try:
-        value = evaluate(expression)
-    except CalculatorError as e:
-        return json.dumps({"error": str(e)})
-    return json.dumps({"result": value.numerator if value.denominator == 1 else float(value)})
-
 
 # ---- tasks -------------------------------------------------------------------------------------------
 
@@ -157,13 +72,7 @@ TEMPLATES = (
     "What does {expr} equal?",
     "Find the value of {expr}.",
 )
-_TEST_BUCKETS = 5  # out of 100: ~5% of problem space is test-only, for every seed
 _EXPR_RE = re.compile(r"[\d(][\d+\-*() ]*[\d)]")  # templates contain no digits, so this is the expression
-
-
-def split_of(key: str) -> Literal["train", "test"]:
-    bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 100
-    return "test" if bucket < _TEST_BUCKETS else "train"
 
 
 def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
@@ -266,23 +175,6 @@ class CalculatorFactory:
 
 
 # ---- scripted expert ---------------------------------------------------------------------------------
-
-
-def guess_answer(answer: int, rng: random.Random) -> str:
-    """A plausible mental-arithmetic answer: right magnitude, wrong digits (or rounded)."""
-    digits = list(str(abs(answer)))
-    if rng.random() < 0.3 and len(digits) > 2:
-        guess = round(abs(answer), -rng.choice((1, 2)))
-    else:
-        for i in rng.sample(range(len(digits)), k=min(len(digits), rng.choice((1, 2)))):
-            lowest = 1 if i == 0 and len(digits) > 1 else 0  # keep the leading digit non-zero
-            digits[i] = rng.choice([d for d in "0123456789"[lowest:] if d != digits[i]])
-        guess = int("".join(digits))
-    return str(-guess if answer < 0 else guess)
-
-
-VERBOSE_TEMPLATES = ("The answer is {}.", "The result is {}.", "{} is the answer.")
-"""What a chatty expert writes instead of "only the number": the instructions forbid it, the grader rejects it."""
 
 
 def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: float = 0.0) -> list[Message]:

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harmonyrl.envs.browse import (
+from harmonyrl.envs.checker import assert_env_ok
+from harmonyrl.envs.reward import AnswerEnv, RewardWeights
+from harmonyrl.envs.taskfile import TaskFileError
+from harmonyrl.tasks.browse import (
     QUESTIONS,
     BrowseFactory,
     _names,
@@ -23,11 +26,8 @@ from harmonyrl.envs.browse import (
     parse_question,
     search_pages,
 )
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES
-from harmonyrl.envs.checker import assert_env_ok
-from harmonyrl.envs.reward import AnswerEnv, RewardWeights
-from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.envs.web import REGIONS, RIVERS, SearchIndex, corpus, page_id, tokenize
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES
+from harmonyrl.tasks.web import REGIONS, RIVERS, SearchIndex, corpus, page_id, tokenize
 from harmonyrl.types import Message, StepResult, Task
 
 
@@ -75,7 +75,7 @@ def test_corpus_is_fixed_linked_and_searchable() -> None:
 
 
 def test_bm25_against_a_hand_computed_score() -> None:
-    from harmonyrl.envs.web import Page
+    from harmonyrl.tasks.web import Page
 
     pages = (Page("a", "x", "apple apple pear"), Page("b", "y", "pear plum"))
     index = SearchIndex(pages, k1=1.5, b=0.75)
@@ -235,7 +235,7 @@ def test_bad_settings_are_one_line_errors() -> None:
 
 def test_config_builds_the_factory_and_a_matching_expert() -> None:
     from harmonyrl.config import ConfigError, load_config
-    from harmonyrl.envs.factory import expert_for, make_factory
+    from harmonyrl.tasks.factory import expert_for, make_factory
 
     overrides = ["env.name=browse", "env.n_train=20", "env.n_test=5", "env.top_k=2", "env.page_chars=60"]
     cfg = load_config(None, overrides)

@@ -1,7 +1,7 @@
 """The ``env`` section of the run config: one typed model per built-in environment, chosen by ``env.name``.
 
 Adding an environment is a model here, a member of :data:`EnvConfig` and one case in
-:func:`harmonyrl.envs.factory.make_factory`.
+:func:`harmonyrl.tasks.factory.make_factory`.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class InstructEnvConfig(Frozen):
     n_test: int = Field(200, ge=1)
     tasks_file: Path | None = None
     """JSONL tasks (``{"id", "split", "prompt", "constraints": [{"kind", "args"}]}`` per line, see
-    :mod:`harmonyrl.envs.instruct`) instead of generated ones."""
+    :mod:`harmonyrl.tasks.instruct`) instead of generated ones."""
     reward: RewardWeightsConfig = RewardWeightsConfig()
     """``format`` here is partial credit: the fraction of the constraints that hold."""
     memory: bool = False

@@ -6,10 +6,10 @@
     task.answer   # a reference response that satisfies every constraint
 
 A prompt is one request line ("Describe {topic}.") followed by one line per constraint
-(:mod:`harmonyrl.envs.constraints`: word bounds, keywords, a forbidden word, no commas, case, bullets,
+(:mod:`harmonyrl.tasks.constraints`: word bounds, keywords, a forbidden word, no commas, case, bullets,
 paragraphs, exact start / end, JSON or quotes). The prompt is the task's only description of its
 constraints, so the env, the expert and a task file all read them back with
-:func:`~harmonyrl.envs.constraints.parse_line`; there is no side table to fall out of sync.
+:func:`~harmonyrl.tasks.constraints.parse_line`; there is no side table to fall out of sync.
 ``Task.answer`` is a reference response written by the same writer the expert uses: it is what
 ``check_env`` replays as the "correct" answer, and proof that every task is satisfiable.
 
@@ -29,7 +29,7 @@ Task file (``tasks_file``), one JSON object per line::
      "constraints": [{"kind": "max_words", "args": {"n": 40}}, {"kind": "no_commas", "args": {}}]}
 
 ``prompt`` is the one-line request; the constraint lines are appended to it. Kinds and ``args`` are listed in
-:func:`~harmonyrl.envs.constraints.from_json`. A conflicting set, an unknown kind or key, a duplicate id or a
+:func:`~harmonyrl.tasks.constraints.from_json`. A conflicting set, an unknown kind or key, a duplicate id or a
 prompt in both splits is one ``path:line: ...`` error.
 """
 
@@ -43,11 +43,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate, words
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
 from harmonyrl.envs.taskfile import TaskFileError, draw_splits
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
+from harmonyrl.tasks.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate, words
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 INSTRUCTIONS = "Follow every instruction in the user's message exactly. Answer on the final channel."

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from harmonyrl.models.routing import NOT_ROUTED, moe_layers, routing_dtype
+from harmonyrl.models.moe_routing import NOT_ROUTED, moe_layers, routing_dtype
 
 
 class EngineRouting:

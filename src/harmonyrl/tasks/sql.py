@@ -36,11 +36,11 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, guess_answer  # the same plausible-but-wrong guesser
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
 from harmonyrl.errors import NotDemonstrable
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
 from harmonyrl.types import Message, Task
 
 DB_SEED = 20240611

@@ -35,7 +35,7 @@ from harmonyrl.algorithms.soft_q import (
 from harmonyrl.config import RLConfig
 from harmonyrl.trainer.batch import collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
-from harmonyrl.trainer.replay import ReplayBuffer
+from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 32

@@ -1,7 +1,7 @@
 """MoE routing diagnostics, logged every RL step under ``routing/``.
 
 Shapes: ``N`` token positions (a batch flattened), ``L`` MoE layers, ``k`` experts per token, ``E`` experts.
-Expert ids are ints with ``-1`` for "not recorded" (see :data:`harmonyrl.models.routing.NOT_ROUTED`);
+Expert ids are ints with ``-1`` for "not recorded" (see :data:`harmonyrl.models.moe_routing.NOT_ROUTED`);
 ``valid`` ``[N]`` selects real tokens. Pure functions, no model.
 """
 

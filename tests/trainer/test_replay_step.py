@@ -25,15 +25,16 @@ import pytest
 import torch
 
 from harmonyrl.config import RunConfig, dump_config, load_config
-from harmonyrl.envs.calculator import calculator, expression_of
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
-from harmonyrl.rollout.replay import ReplayError, differing_tensors, replay_step, replay_update, rescore
 from harmonyrl.rollout.show import episodes_text
 from harmonyrl.rollout.store import RolloutFileError, list_steps, read_step, step_path, write_step
+from harmonyrl.tasks.arith import calculator
+from harmonyrl.tasks.calculator import expression_of
 from harmonyrl.telemetry.episodes import episode_to_json
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.learner import Learner
+from harmonyrl.trainer.replay_step import ReplayError, differing_tensors, replay_step, replay_update, rescore
 from harmonyrl.trainer.resume import save_progress
 from harmonyrl.trainer.setup import load_for, make_factory, make_model, rl_start_model, setup_process
 from harmonyrl.types import Failure, Message, Trajectory, Turn

@@ -3,7 +3,7 @@
     factory = BrowseFactory(seed=0)
     env = factory.make(factory.tasks("train")[0])    # tools: search(query), open(page_id, offset=0)
 
-The pages and their BM25 index are :mod:`harmonyrl.envs.web`. Questions are templates over its entities:
+The pages and their BM25 index are :mod:`harmonyrl.tasks.web`. Questions are templates over its entities:
 single-hop ("In what year was Penstead founded?": the town's own page says) and two-hop ("What is the
 population of the town where Jory Lockhart was born?": the person's page links to the town's page, which
 says). A question's canonical key is its template and entity, so a question is in one split for every seed
@@ -30,12 +30,12 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, guess_answer  # the same plausible-but-wrong guesser
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
-from harmonyrl.envs.web import REGIONS, RIVERS, Web, corpus, page_id, snippet
 from harmonyrl.errors import NotDemonstrable
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
+from harmonyrl.tasks.web import REGIONS, RIVERS, Web, corpus, page_id, snippet
 from harmonyrl.types import Message, Task
 
 INSTRUCTIONS = (

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 import pytest
 
-import harmonyrl.envs.humaneval as he
+import harmonyrl.tasks.humaneval as he
 from harmonyrl.envs.checker import assert_env_ok
-from harmonyrl.envs.humaneval import (
+from harmonyrl.envs.reward import RewardWeights
+from harmonyrl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_python
+from harmonyrl.tasks.humaneval import (
     VERBOSE_PREFIX,
     HumanEvalEnv,
     HumanEvalFactory,
@@ -24,8 +26,6 @@ from harmonyrl.envs.humaneval import (
     solution_program,
     split_tasks,
 )
-from harmonyrl.envs.reward import RewardWeights
-from harmonyrl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_python
 from harmonyrl.types import Failure, Message, StepResult, Task
 
 FAST = SandboxLimits(timeout_s=1, cpu_s=1, memory_mib=256, max_processes=16, max_output_bytes=4096)
@@ -284,7 +284,7 @@ def test_unknown_task_is_a_clear_error(factory: HumanEvalFactory) -> None:
 
 def test_config_builds_the_factory(factory: HumanEvalFactory) -> None:
     from harmonyrl.config import ConfigError, load_config
-    from harmonyrl.envs.factory import expert_for, make_factory
+    from harmonyrl.tasks.factory import expert_for, make_factory
 
     cfg = load_config(None, ["env.name=humaneval", "env.n_train=6", "env.n_test=3", "env.test_timeout_s=3"])
     built = make_factory(cfg.env, seed=0)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harmonyrl.algorithms.routing import expert_load, load_imbalance, router_aux_loss, routing_agreement
-from harmonyrl.models.routing import NOT_ROUTED, MoeRouting
+from harmonyrl.algorithms.routing_metrics import expert_load, load_imbalance, router_aux_loss, routing_agreement
+from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch
 
 

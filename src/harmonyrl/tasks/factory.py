@@ -1,7 +1,7 @@
 """From the typed ``env`` config to an environment factory and its scripted expert (for the SFT warm start).
 
 A ``match`` on the config type, not a string registry: adding an environment means adding its config class to
-the union in :mod:`harmonyrl.envs.config` and one case here, and a typo in ``env.name`` is a config error.
+the union in :mod:`harmonyrl.tasks.config` and one case here, and a typo in ``env.name`` is a config error.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import random
 from collections.abc import Callable
 
 from harmonyrl.envs.base import EnvFactory
-from harmonyrl.envs.config import (
+from harmonyrl.envs.reward import RewardWeights
+from harmonyrl.tasks.config import (
     BrowseEnvConfig,
     CalculatorEnvConfig,
     EnvConfig,
@@ -23,7 +24,6 @@ from harmonyrl.envs.config import (
     RewardWeightsConfig,
     SqlEnvConfig,
 )
-from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.types import Message, Task
 
 Expert = Callable[[Task, random.Random, float, float], list[Message]]
@@ -48,38 +48,38 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
     """The env's own factory (imports are per environment: the sandbox is only needed by ``retool``)."""
     match env:
         case CalculatorEnvConfig():
-            from harmonyrl.envs.calculator import CalculatorFactory
+            from harmonyrl.tasks.calculator import CalculatorFactory
 
             return CalculatorFactory(seed, env.n_train, env.n_test, tool_timeout_s=env.tool_timeout_s)
         case RetoolEnvConfig():
-            from harmonyrl.envs.retool import DEFAULT_LIMITS, RetoolFactory
+            from harmonyrl.tasks.retool import DEFAULT_LIMITS, RetoolFactory
 
             limits = dataclasses.replace(DEFAULT_LIMITS, timeout_s=env.timeout_s)
             return RetoolFactory(
                 seed, env.n_train, env.n_test, limits, env.allow_unsafe, _weights(env.reward), env.tasks_file
             )
         case SqlEnvConfig():
-            from harmonyrl.envs.sql import SqlFactory
+            from harmonyrl.tasks.sql import SqlFactory
 
             return SqlFactory(
                 seed, env.n_train, env.n_test, env.query_timeout_s, env.max_rows, _weights(env.reward), env.tasks_file
             )
         case InstructEnvConfig():
-            from harmonyrl.envs.instruct import InstructFactory
+            from harmonyrl.tasks.instruct import InstructFactory
 
             return InstructFactory(seed, env.n_train, env.n_test, _weights(env.reward), env.tasks_file)
         case MazeEnvConfig():
-            from harmonyrl.envs.maze import MazeFactory
+            from harmonyrl.tasks.maze import MazeFactory
 
             return MazeFactory(seed, env.n_train, env.n_test, env.size, env.max_turns, _weights(env.reward))
         case HumanEvalEnvConfig():
-            from harmonyrl.envs.humaneval import GRADER_LIMITS, TOOL_LIMITS, HumanEvalFactory
+            from harmonyrl.tasks.humaneval import GRADER_LIMITS, TOOL_LIMITS, HumanEvalFactory
 
             tool = dataclasses.replace(TOOL_LIMITS, timeout_s=env.tool_timeout_s)
             grader = dataclasses.replace(GRADER_LIMITS, timeout_s=env.test_timeout_s)
             return HumanEvalFactory(env.n_train, env.n_test, tool, grader, env.allow_unsafe, _weights(env.reward))
         case BrowseEnvConfig():
-            from harmonyrl.envs.browse import BrowseFactory
+            from harmonyrl.tasks.browse import BrowseFactory
 
             return BrowseFactory(
                 seed, env.n_train, env.n_test, env.top_k, env.page_chars, _weights(env.reward), env.tasks_file
@@ -91,19 +91,19 @@ def expert_for(env: EnvConfig) -> Expert:
     """The scripted, deliberately imperfect expert whose demonstrations warm-start the policy."""
     match env:
         case CalculatorEnvConfig():
-            from harmonyrl.envs.calculator import expert_demo
+            from harmonyrl.tasks.calculator import expert_demo
         case RetoolEnvConfig():
-            from harmonyrl.envs.retool import expert_demo
+            from harmonyrl.tasks.retool import expert_demo
         case SqlEnvConfig():
-            from harmonyrl.envs.sql import expert_demo
+            from harmonyrl.tasks.sql import expert_demo
         case InstructEnvConfig():
-            from harmonyrl.envs.instruct import expert_demo
+            from harmonyrl.tasks.instruct import expert_demo
         case MazeEnvConfig():
-            from harmonyrl.envs.maze import expert_demo
+            from harmonyrl.tasks.maze import expert_demo
         case HumanEvalEnvConfig():
-            from harmonyrl.envs.humaneval import expert_demo
+            from harmonyrl.tasks.humaneval import expert_demo
         case BrowseEnvConfig():  # its demos must page through the same windows as the configured tools
-            from harmonyrl.envs.browse import expert_demo as browse_demo
+            from harmonyrl.tasks.browse import expert_demo as browse_demo
 
             return functools.partial(browse_demo, top_k=env.top_k, page_chars=env.page_chars)
     return expert_demo

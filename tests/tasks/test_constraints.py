@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harmonyrl.envs.constraints import KINDS, Constraint, from_json, parse_line, validate, words
+from harmonyrl.tasks.constraints import KINDS, Constraint, from_json, parse_line, validate, words
 
 C = Constraint
 CASES: list[tuple[Constraint, str, str]] = [  # (constraint, a text that satisfies it, one that does not)

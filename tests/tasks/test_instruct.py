@@ -15,9 +15,14 @@ from typer.testing import CliRunner
 from harmonyrl.cli import app
 from harmonyrl.config import load_config
 from harmonyrl.envs.checker import assert_env_ok
-from harmonyrl.envs.constraints import Constraint
-from harmonyrl.envs.factory import expert_for, make_factory
-from harmonyrl.envs.instruct import (
+from harmonyrl.envs.reward import RewardWeights
+from harmonyrl.envs.taskfile import TaskFileError
+from harmonyrl.harmony.render import render_completion
+from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.rollout.agent_loop import EpisodeLimits, initial_messages, run_episode
+from harmonyrl.tasks.constraints import Constraint
+from harmonyrl.tasks.factory import expert_for, make_factory
+from harmonyrl.tasks.instruct import (
     INSTRUCTIONS,
     VERBOSE_PREAMBLE,
     InstructFactory,
@@ -28,11 +33,6 @@ from harmonyrl.envs.instruct import (
     topic_of,
     write,
 )
-from harmonyrl.envs.reward import RewardWeights
-from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.harmony.render import render_completion
-from harmonyrl.harmony.tokenizer import HarmonyTokenizer
-from harmonyrl.rollout.agent_loop import EpisodeLimits, initial_messages, run_episode
 from harmonyrl.types import Generation, Message, SamplingParams, StepResult, Task
 
 
@@ -68,7 +68,7 @@ def test_check_env_passes() -> None:
 
 
 def test_check_env_command_passes() -> None:
-    result = CliRunner().invoke(app, ["check-env", "harmonyrl.envs.instruct:InstructFactory", "--tasks", "3"])
+    result = CliRunner().invoke(app, ["check-env", "harmonyrl.tasks.instruct:InstructFactory", "--tasks", "3"])
     assert result.exit_code == 0, result.output
     assert "environment contract OK (3 tasks)" in result.output
 

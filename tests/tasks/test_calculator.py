@@ -11,19 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmonyrl.envs.calculator import (
+from harmonyrl.envs.tools import Tool, Toolbox
+from harmonyrl.tasks.arith import calculator, evaluate
+from harmonyrl.tasks.calculator import (
     SHAPES,
     TEMPLATES,
-    VERBOSE_TEMPLATES,
     CalculatorEnv,
     CalculatorFactory,
-    calculator,
-    evaluate,
     expert_demo,
     expression_of,
     generate_tasks,
 )
-from harmonyrl.envs.tools import Tool, Toolbox
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES
 from harmonyrl.types import Message, StepResult, Task
 
 FACTORY = CalculatorFactory(seed=0, n_train=2000, n_test=200)

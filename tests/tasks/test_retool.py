@@ -11,9 +11,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, evaluate
 from harmonyrl.envs.checker import assert_env_ok
-from harmonyrl.envs.retool import (
+from harmonyrl.envs.python_tool import make_python_tool
+from harmonyrl.envs.reward import AnswerEnv, RewardWeights
+from harmonyrl.envs.tools import Toolbox
+from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable
+from harmonyrl.tasks.arith import evaluate
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES
+from harmonyrl.tasks.retool import (
     INSTRUCTIONS,
     SHAPES,
     RetoolFactory,
@@ -21,9 +26,6 @@ from harmonyrl.envs.retool import (
     generate_tasks,
     program_of,
 )
-from harmonyrl.envs.reward import AnswerEnv, RewardWeights
-from harmonyrl.envs.tools import Toolbox
-from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, make_python_tool
 from harmonyrl.types import Message, StepResult, Task
 
 LIMITS = SandboxLimits(timeout_s=1, cpu_s=1, memory_mib=256, max_processes=16, max_output_bytes=4096)

@@ -7,7 +7,7 @@ Problems are templated English over a handful of shapes (shopping change, rate Ã
 averages, two-leg distances, discounts, savings goals) with integer answers chosen so that mental arithmetic
 is hopeless for a tiny model but a one-line program is exact. Each shape has one arithmetic expression that is
 the single source of truth: the answer is that expression evaluated exactly
-(:func:`harmonyrl.envs.calculator.evaluate`), and the expert's program is ``print(<expression>)``.
+(:func:`harmonyrl.tasks.calculator.evaluate`), and the expert's program is ``print(<expression>)``.
 
 The canonical key of a problem is its shape and numbers (commutative parts sorted), never its wording or the
 names in it, so rephrasing cannot carry a held-out problem into train. Splits and prefix stability come from
@@ -31,12 +31,14 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.calculator import VERBOSE_TEMPLATES, evaluate, guess_answer
+from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Toolbox, observation
 from harmonyrl.errors import NotDemonstrable
-from harmonyrl.sandbox import SandboxLimits, make_python_tool
+from harmonyrl.sandbox import SandboxLimits
+from harmonyrl.tasks.arith import evaluate
+from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
 from harmonyrl.types import Message, Task
 
 DEFAULT_LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mib=256, max_processes=16, max_output_bytes=4096)
