@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -38,9 +40,27 @@ OverridesArg = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = 2) -> typer.Exit:
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+    return typer.Exit(code=code)
+
+
+def _run_failed(e: Exception) -> typer.Exit:
+    """A run that stopped on an exception that is not the user's: one line, the traceback in the run folder's
+    ``error.log`` (named by a note on the exception) or, when there is none, on stderr."""
+    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
+
+    if isinstance(e, OSError) and is_storage_error(e):  # before the run folder existed: nothing was kept
+        return _fail(storage_message(e, None))
+    notes = [n for n in getattr(e, "__notes__", []) if n.startswith("traceback in ")]
+    if notes:
+        where = notes[0]
+    else:
+        traceback.print_exception(e, file=sys.stderr)
+        where = "traceback on stderr"
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    cause = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return _fail(f"the run stopped on an internal error (not an environment fault): {cause} ({where})", code=1)
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
@@ -67,12 +87,18 @@ def train(
         cfg = _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
     else:
         cfg = _config(config, overrides)
+    from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
+    from harmonyrl.trainer.run_errors import RunFolderError
 
     try:
         asyncio.run(run_train(cfg, console, resume=resume is not None))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
+    except (RunFolderError, FaultBreakerTripped) as e:
+        raise _fail(str(e), code=1) from None
+    except Exception as e:
+        raise _run_failed(e) from None
 
 
 @app.command()

@@ -22,7 +22,7 @@ def test_save_then_load_round_trips(tmp_path: Path) -> None:
     loaded = load_model(path)
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
-    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    state = torch.load(path / "trainer_state.pt", weights_only=True)
     assert state["step"] == 7 and state["optimizer"] is not None and "rng_torch" in state
 
 
@@ -38,5 +38,5 @@ def test_failed_save_keeps_previous_checkpoint(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(OSError, match="disk full"):
         ckpt.save_checkpoint(tmp_path / "c", _model(1), None, step=2, extra={})
     assert (path / "model.safetensors").read_bytes() == before
-    assert torch.load(path / "trainer_state.pt", weights_only=False)["step"] == 1
+    assert torch.load(path / "trainer_state.pt", weights_only=True)["step"] == 1
     load_model(path)  # still a loadable checkpoint

@@ -26,7 +26,7 @@ from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.trainer.evaluate import evaluate
-from harmonyrl.trainer.resume import Progress, load_progress, restore_rngs, rewind_files
+from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
 
 
 def setup_process(seed: int, threads: int) -> None:
@@ -173,10 +173,11 @@ def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Pa
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"cannot resume '{run_dir}': it is not a run folder (no config.yaml)")
     check_sinks(config)
-    saved = load_progress(run_dir)
-    rewind_files(run_dir, saved)
+    saved = load_progress(run_dir)  # read and check everything first: a failed resume changes nothing
+    cuts = plan_rewind(run_dir, saved)
     model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok)
     check_engine_kernel(config, model)
+    rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None
     set_kernel(model, config.model.attention)
