@@ -40,3 +40,42 @@ def test_failed_save_keeps_previous_checkpoint(tmp_path: Path, monkeypatch: pyte
     assert (path / "model.safetensors").read_bytes() == before
     assert torch.load(path / "trainer_state.pt", weights_only=True)["step"] == 1
     load_model(path)  # still a loadable checkpoint
+
+
+def test_a_save_cut_between_its_two_renames_leaves_the_previous_checkpoint_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = ckpt.save_checkpoint(tmp_path / "c", _model(0), None, step=1, extra={})
+    real_replace = ckpt.os.replace
+    calls: list[str] = []
+
+    def crash_on_second(src: object, dst: object) -> None:
+        calls.append(str(dst))
+        if len(calls) == 2:  # ``c -> c.old`` done, ``c.tmp -> c`` not yet: the process dies here
+            raise KeyboardInterrupt
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ckpt.os, "replace", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(path, _model(1), None, step=2, extra={})
+    monkeypatch.setattr(ckpt.os, "replace", real_replace)
+    assert not path.exists()
+    found = ckpt.committed(path)
+    assert found == tmp_path / "c.old" and ckpt.load_state(found)["step"] == 1  # not "no checkpoint"
+    ckpt.save_checkpoint(path, _model(2), None, step=3, extra={})  # the next save recovers the layout
+    assert ckpt.committed(path) == path and ckpt.load_state(path)["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+def test_a_crafted_state_is_refused_without_running(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str, str]]:
+            return (Path.write_text, (str(marker), "pwned"))  # type: ignore[return-value]
+
+    (tmp_path / "c").mkdir()
+    torch.save({"step": 1, "evil": Payload()}, tmp_path / "c" / "trainer_state.pt")
+    with pytest.raises(ckpt.CheckpointError, match="refusing to load"):
+        ckpt.load_state(tmp_path / "c")
+    assert not marker.exists()

@@ -37,6 +37,7 @@ from harmonyrl.trainer.setup import (
     check_engine_kernel,
     check_sinks,
     held_out_eval,
+    held_out_tasks,
     load_for,
     make_engine,
     make_factory,
@@ -108,6 +109,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
+    held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
     run_dir, model, saved = open_run(config, tok, resume)
     with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
         return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved)
