@@ -145,18 +145,22 @@ class Payload:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self) -> tuple[object, tuple[str, str]]:
-        return (Path.write_text, (str(self.marker), "pwned"))  # type: ignore[return-value]
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('pwned')",))
 
 
 def plant(folder: Path, marker: Path, as_torch_file: bool) -> None:
+    """Write the crafted state, and prove it is live: an unsafe load of it does write the marker."""
     state = {"step": 1, "phase": "rl", "x": Payload(marker)}
     path = folder / "trainer_state.pt"
     if as_torch_file:
         torch.save(state, path)
+        torch.load(path, weights_only=False)  # the unsafe load the product must never do
     else:
         path.write_bytes(pickle.dumps(state))
-    assert not marker.exists()
+        pickle.loads(path.read_bytes())
+    assert marker.exists()
+    marker.unlink()
 
 
 @pytest.mark.parametrize("as_torch_file", [True, False])

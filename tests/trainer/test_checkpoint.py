@@ -71,11 +71,14 @@ def test_a_crafted_state_is_refused_without_running(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
 
     class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str, str]]:
-            return (Path.write_text, (str(marker), "pwned"))  # type: ignore[return-value]
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (exec, (f"open({str(marker)!r}, 'w').write('pwned')",))
 
     (tmp_path / "c").mkdir()
     torch.save({"step": 1, "evil": Payload()}, tmp_path / "c" / "trainer_state.pt")
+    torch.load(tmp_path / "c" / "trainer_state.pt", weights_only=False)  # proves the payload is live
+    assert marker.exists()
+    marker.unlink()
     with pytest.raises(ckpt.CheckpointError, match="refusing to load"):
         ckpt.load_state(tmp_path / "c")
     assert not marker.exists()
