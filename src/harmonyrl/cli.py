@@ -112,6 +112,8 @@ def sft(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
         path = asyncio.run(sft_only(cfg, console))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
+    except Exception as e:
+        raise _run_failed(e) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
 
 
@@ -253,12 +255,17 @@ def replay(
 ) -> None:
     """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
     from harmonyrl.trainer import replay_step as rp
+    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
 
     try:
         result = rp.replay_step(run_dir, step, checkpoint, save)
         rows = rp.rescore(run_dir, step) if rescore else []
     except (*USER_ERRORS, ConfigError, ValueError) as e:
         raise _fail(str(e)) from None
+    except OSError as e:
+        if not is_storage_error(e):
+            raise
+        raise _fail(storage_message(e, None)) from None
     console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
     if result.identical is None:
         console.print("no checkpoint of this run is at this step: nothing to compare (use --save to chain)")
