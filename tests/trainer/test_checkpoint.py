@@ -82,3 +82,23 @@ def test_a_crafted_state_is_refused_without_running(tmp_path: Path) -> None:
     with pytest.raises(ckpt.CheckpointError, match="refusing to load"):
         ckpt.load_state(tmp_path / "c")
     assert not marker.exists()
+
+
+def test_a_full_disk_while_writing_weights_is_an_os_error_and_frees_the_temp_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """safetensors reports ENOSPC as its own error type; the checkpoint turns it into the OSError it is."""
+    path = ckpt.save_checkpoint(tmp_path / "c", _model(0), None, step=1, extra={})
+
+    class SafetensorError(Exception):
+        pass
+
+    def full(model: torch.nn.Module, folder: Path) -> None:
+        (folder / "model.safetensors").write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(ckpt, "save_model", full)
+    with pytest.raises(OSError) as info:
+        ckpt.save_checkpoint(path, _model(1), None, step=2, extra={})
+    assert info.value.errno == 28 and info.value.filename == str(tmp_path / "c.tmp")
+    assert not (tmp_path / "c.tmp").exists() and ckpt.load_state(path)["step"] == 1

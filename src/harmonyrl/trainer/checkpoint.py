@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,21 @@ def _fsync_tree(folder: Path) -> None:
     _fsync_path(folder)
 
 
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _as_os_error(e: BaseException, where: Path) -> BaseException:
+    """An I/O failure as an ``OSError`` naming ``where``. safetensors reports a failed write as its own
+    ``SafetensorError`` whose text ends in Rust's ``(os error N)``; that number is the only errno it gives."""
+    if isinstance(e, OSError):
+        return e if e.filename or e.errno is None else OSError(e.errno, e.strerror, str(where))
+    match = _RUST_OS_ERROR.search(str(e))
+    if match is None:
+        return e
+    number = int(match.group(1))
+    return OSError(number, os.strerror(number), str(where))
+
+
 def committed(path: Path) -> Path | None:
     """The complete checkpoint to read for ``path``: ``path`` itself, or ``path.old`` when a switch was cut
     between its two renames; None when neither holds a state file."""
@@ -67,7 +83,6 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_model(model, tmp)
     state = {
         "step": step,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
@@ -75,9 +90,14 @@ def save_checkpoint(
         "rng_python": random.getstate(),
         **extra,
     }
-    with (tmp / STATE_FILE).open("wb") as fh:  # a Python file: a failed write is an OSError naming its cause
-        torch.save(state, fh)
-    _fsync_tree(tmp)
+    try:
+        save_model(model, tmp)
+        with (tmp / STATE_FILE).open("wb") as fh:  # a Python file: a failed write is an OSError naming its cause
+            torch.save(state, fh)
+        _fsync_tree(tmp)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # on a full disk, the half-written copy holds the space a retry needs
+        raise _as_os_error(e, tmp) from e
     if path.exists():
         if old.exists():  # left by a crash after the switch, before its removal: ``path`` is the newer one
             shutil.rmtree(old)
