@@ -49,11 +49,11 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def _run_failed(e: Exception) -> typer.Exit:
     """A run that stopped on an exception that is not the user's: one line, the traceback in the run folder's
     ``error.log`` (named by a note on the exception) or, when there is none, on stderr."""
-    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
+    from harmonyrl.trainer.run_errors import TRACEBACK_NOTE, is_storage_error, storage_message
 
     if isinstance(e, OSError) and is_storage_error(e):  # before the run folder existed: nothing was kept
         return _fail(storage_message(e, None))
-    notes = [n for n in getattr(e, "__notes__", []) if n.startswith("traceback in ")]
+    notes = [n for n in getattr(e, "__notes__", []) if n.startswith(TRACEBACK_NOTE)]
     if notes:
         where = notes[0]
     else:
@@ -61,7 +61,7 @@ def _run_failed(e: Exception) -> typer.Exit:
         where = "traceback on stderr"
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     cause = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return _fail(f"the run stopped on an internal error (not an environment fault): {cause} ({where})", code=1)
+    return _fail(f"the run stopped on an unexpected error: {cause} ({where})", code=1)
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:

@@ -286,7 +286,7 @@ def test_an_engine_exception_in_an_rl_step_stops_the_run_with_one_line_and_a_log
     monkeypatch.setattr(LocalEngine, "generate", generate)
     run = tmp_path / "r"
     text = one_line_error(runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=r"]), code=1)
-    assert "internal error (not an environment fault): RuntimeError: CUDA error" in text
+    assert "the run stopped on an unexpected error: RuntimeError: CUDA error" in text
     assert f"traceback in '{run / 'error.log'}'" in text
     log = (run / "error.log").read_text()
     assert "Traceback" in log and "illegal memory access" in log and "in the episode of task" in log
