@@ -110,13 +110,12 @@ def main() -> None:
 
 def _completed_after_rewind(run: Path) -> int:
     """Steps a resume will keep: the rows recorded in the last checkpoint's line count."""
-    import torch
+    from harmonyrl.trainer.resume import load_progress
 
-    state_file = run / "checkpoints" / "last" / "trainer_state.pt"
-    if not state_file.is_file():
+    saved = load_progress(run)  # read as data (weights_only), and as a resume reads it (``last.old`` included)
+    if saved is None:
         return 0
-    state = torch.load(state_file, weights_only=False)
-    keep = state["lines"]["metrics.jsonl"]
+    keep = saved.state["lines"]["metrics.jsonl"]
     rows = (run / "metrics.jsonl").read_text().splitlines()[:keep]
     return sum(json.loads(r)["phase"] in ("sft", "rl") for r in rows)
 

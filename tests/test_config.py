@@ -49,3 +49,24 @@ def test_missing_file_and_bad_override() -> None:
         load_config(Path("/nonexistent.yaml"))
     with pytest.raises(ConfigError, match="key=value"):
         load_config(None, ["rl.steps"])
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["rollout.fault_breaker.max_fraction=1.5", "rollout.fault_breaker.max_fraction=-0.1",
+     "rollout.fault_breaker.max_fraction=nan", "rollout.fault_breaker.consecutive_steps=0"],
+)  # fmt: skip
+def test_fault_breaker_bounds(override: str) -> None:
+    with pytest.raises(ConfigError, match=r"rollout\.fault_breaker\."):
+        load_config(None, [override])
+    cfg = load_config(None, ["rollout.fault_breaker.max_fraction=1", "rollout.fault_breaker.consecutive_steps=1"])
+    assert (cfg.rollout.fault_breaker.max_fraction, cfg.rollout.fault_breaker.consecutive_steps) == (1.0, 1)
+
+
+def test_config_file_that_is_a_directory_or_not_utf8(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+    bad = tmp_path / "c.yaml"
+    bad.write_bytes(b"run_name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"is not UTF-8 text \(invalid continuation byte at byte 13\)"):
+        load_config(bad)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +14,7 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.errors import CheckpointError, KernelUnavailable, NotDemonstrable
+from harmonyrl.errors import CheckpointError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
@@ -22,6 +24,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     CheckpointError,
     KernelUnavailable,
     NotDemonstrable,
+    NoHeldOutTasks,
     SinkUnavailableError,
     TaskFileError,
     SandboxUnavailable,
@@ -38,9 +41,27 @@ OverridesArg = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = 2) -> typer.Exit:
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+    return typer.Exit(code=code)
+
+
+def _run_failed(e: Exception) -> typer.Exit:
+    """A run that stopped on an exception that is not the user's: one line, the traceback in the run folder's
+    ``error.log`` (named by a note on the exception) or, when there is none, on stderr."""
+    from harmonyrl.trainer.run_errors import TRACEBACK_NOTE, is_storage_error, storage_message
+
+    if isinstance(e, OSError) and is_storage_error(e):  # before the run folder existed: nothing was kept
+        return _fail(storage_message(e, None))
+    notes = [n for n in getattr(e, "__notes__", []) if n.startswith(TRACEBACK_NOTE)]
+    if notes:
+        where = notes[0]
+    else:
+        traceback.print_exception(e, file=sys.stderr)
+        where = "traceback on stderr"
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    cause = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return _fail(f"the run stopped on an unexpected error: {cause} ({where})", code=1)
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
@@ -67,12 +88,18 @@ def train(
         cfg = _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
     else:
         cfg = _config(config, overrides)
+    from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
+    from harmonyrl.trainer.run_errors import RunFolderError
 
     try:
         asyncio.run(run_train(cfg, console, resume=resume is not None))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
+    except (RunFolderError, FaultBreakerTripped) as e:
+        raise _fail(str(e), code=1) from None
+    except Exception as e:
+        raise _run_failed(e) from None
 
 
 @app.command()
@@ -85,6 +112,8 @@ def sft(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
         path = asyncio.run(sft_only(cfg, console))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
+    except Exception as e:
+        raise _run_failed(e) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
 
 
@@ -226,12 +255,17 @@ def replay(
 ) -> None:
     """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
     from harmonyrl.trainer import replay_step as rp
+    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
 
     try:
         result = rp.replay_step(run_dir, step, checkpoint, save)
         rows = rp.rescore(run_dir, step) if rescore else []
     except (*USER_ERRORS, ConfigError, ValueError) as e:
         raise _fail(str(e)) from None
+    except OSError as e:
+        if not is_storage_error(e):
+            raise
+        raise _fail(storage_message(e, None)) from None
     console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
     if result.identical is None:
         console.print("no checkpoint of this run is at this step: nothing to compare (use --save to chain)")

@@ -60,6 +60,15 @@ class SFTConfig(Frozen):
     bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
 
 
+class FaultBreakerConfig(Frozen):
+    """Stop a run whose episodes keep faulting instead of masking its steps away (see trainer/fault_breaker.py)."""
+
+    max_fraction: float = Field(0.5, ge=0, le=1)
+    """A step is faulted when more than this fraction of its episodes ends in an environment fault (1: never)."""
+    consecutive_steps: int = Field(3, ge=1)
+    """The run stops after this many faulted RL steps in a row, naming the dominant failure class."""
+
+
 class RolloutConfig(Frozen):
     tasks_per_step: int = Field(8, ge=1)
     """Distinct tasks per RL step."""
@@ -90,6 +99,8 @@ class RolloutConfig(Frozen):
     retry_faulted_groups: int = Field(0, ge=0, le=10)
     """Run the environment-faulted episodes of a group again, up to this many rounds (same seeds); what still
     faults stays masked. Metrics: ``rollout/group_retries``, ``rollout/faulted_groups``."""
+    fault_breaker: FaultBreakerConfig = FaultBreakerConfig()
+    """When a run stops because its environment keeps faulting (checked after group retries)."""
 
     @property
     def episodes_per_step(self) -> int:
@@ -300,10 +311,16 @@ def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...]
     """Load YAML (optional), apply dotted overrides, validate. Raises :class:`ConfigError` on any mistake."""
     tree: dict[str, Any] = {}
     if path is not None:
+        if path.is_dir():
+            raise ConfigError(f"config file '{path}' is a directory, not a YAML file")
         if not path.is_file():
             raise ConfigError(f"config file '{path}' does not exist")
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file '{path}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
         if not isinstance(loaded, dict):

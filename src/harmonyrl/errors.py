@@ -12,3 +12,7 @@ class KernelUnavailable(ValueError):
 class NotDemonstrable(ValueError):
     """A task the environment's scripted expert cannot demonstrate (e.g. one from a user's ``tasks_file``, which
     no generator template matches), so it cannot be used for the SFT warm start."""
+
+
+class NoHeldOutTasks(ValueError):
+    """The environment has no held-out (``test``) tasks, so there is nothing to evaluate (not a 0 % success)."""

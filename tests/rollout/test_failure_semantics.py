@@ -191,7 +191,7 @@ class InnerTimeoutFactory(CalculatorFactory):
 def test_an_envs_own_timeout_error_is_an_env_error_not_the_budget() -> None:
     out = rollout(InnerTimeoutFactory(seed=0, n_train=20, n_test=1), correct_call_engine(), budget=30.0)
     [traj] = out.trajectories
-    assert traj.failure == Failure("env_error", "TimeoutError: database connection timed out")
+    assert traj.failure == Failure("env_error", "step: TimeoutError: database connection timed out")
     [turn] = traj.turns  # the turn whose step raised stays in the record
     assert [m.recipient for m in turn.sampled] == ["functions.calculator"] and turn.observations == ()
 

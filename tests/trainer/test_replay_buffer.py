@@ -91,7 +91,7 @@ def test_state_round_trip_resumes_the_same_stream() -> None:
     torch.save(a.state_dict(), blob)
     blob.seek(0)
     resumed = ReplayBuffer(capacity=8, seed=12345)  # the seed is irrelevant once the RNG state is loaded
-    resumed.load_state_dict(torch.load(blob, weights_only=False))
+    resumed.load_state_dict(torch.load(blob, weights_only=True))  # plain data: no code can run
     assert len(resumed) == len(a) and resumed.num_skipped == 1
     for step in range(4):
         a.add([_traj(100 + step)])
@@ -106,5 +106,38 @@ def test_load_into_smaller_buffer_keeps_newest_and_rejects_bad_state() -> None:
     assert sorted(_ids(small.sample(2))) == ["t3", "t4"]
     with pytest.raises(ValueError, match="missing"):
         small.load_state_dict({"items": []})
-    with pytest.raises(ValueError, match="Trajectory"):
+    with pytest.raises(ValueError, match="plain Trajectory"):
         small.load_state_dict({"items": ["x"], "rng_state": small.state_dict()["rng_state"]})
+
+
+def test_state_is_plain_data_and_round_trips_every_field_exactly() -> None:
+    """Turns, failures, reward terms, routing and awkward floats survive ``weights_only=True`` unchanged."""
+    from harmonyrl.types import Message, Routing, Turn
+
+    call = Message("assistant", '{"x": 1}', "commentary", recipient="functions.calc", content_type="json")
+    obs = Message("tool", "é\ud800", "commentary", recipient="assistant", name="functions.calc")
+    full = Trajectory(
+        task_id="t",
+        group_id=3,
+        token_ids=(5, 6, 7),
+        loss_mask=(0, 1, 1),
+        sampler_logprobs=(-0.0, 5e-324, -1.0000000000000002),
+        reward=0.1 + 0.2,
+        terminated=False,
+        truncated=True,
+        failure=None,
+        turns=(Turn((call,), None, (obs,), 0.25, 1e-9), Turn((), "bad: header", (), 0.5, 0.0)),
+        parity_mismatches=1,
+        reward_terms={"format": 0.5},
+        routing=Routing(torch.tensor([[[1, 2]], [[0, 3]], [[-1, -1]]], dtype=torch.int8)),
+    )
+    buf = ReplayBuffer(capacity=4, seed=0)
+    buf.add([full, _traj(1)])
+    blob = io.BytesIO()
+    torch.save(buf.state_dict(), blob)
+    blob.seek(0)
+    back = ReplayBuffer(capacity=4, seed=0)
+    back.load_state_dict(torch.load(blob, weights_only=True))
+    assert list(back._items) == [full, _traj(1)]
+    got = back._items[0].sampler_logprobs
+    assert [x.hex() for x in got] == [x.hex() for x in full.sampler_logprobs]  # bit for bit, -0.0 included

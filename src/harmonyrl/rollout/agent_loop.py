@@ -4,6 +4,10 @@ The trajectory's ``token_ids`` are assembled from (a) the rendered prompt, (b) t
 kept exactly as sampled, and (c) the rendered tool observations. Sampled text is never re-tokenised; a
 parity check re-renders each parsed turn and counts any turn whose canonical rendering differs from the
 sampled ids (invariant 1) — the counter is a metric, the sampled ids are what the trainer scores.
+
+The environment's own calls (reset with the tools it declares, step) go through
+:mod:`harmonyrl.rollout.env_calls`, so an exception there is an ``EnvFault``; an exception anywhere else (engine,
+parser, renderer) propagates unchanged: it is the harness's, and must not be masked as the environment's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from harmonyrl.harmony.render import (
 )
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.models.moe_routing import NOT_ROUTED
+from harmonyrl.rollout.env_calls import env_call, env_call_sync
 from harmonyrl.types import Failure, Message, Routing, SamplingParams, StepResult, Trajectory, Turn
 
 
@@ -52,16 +57,17 @@ def initial_messages(env: Env, first: Sequence[Message]) -> list[Message]:
     """System + developer (instructions and tool declarations) + the env's first messages.
 
     The system message omits the ChatGPT identity and knowledge cutoff lines: they cost a tiny model
-    ~26 prompt tokens per episode and say nothing true about it.
+    ~26 prompt tokens per episode and say nothing true about it. Reading ``env.tools`` runs the env's code,
+    so a failure there is an environment fault (``EnvFault``).
     """
-    tools = list(env.tools)
+    tools, instructions = env_call_sync("tools", lambda: (list(env.tools), env.instructions))
     system = system_message(model_identity=None, knowledge_cutoff=None, function_tools=bool(tools))
-    return [system, developer_message(env.instructions, tools), *first]
+    return [system, developer_message(instructions, tools), *first]
 
 
 async def first_prompt(env: Env, codec: Codec) -> tuple[list[Message], list[int]]:
     """Reset ``env``; return the episode's opening messages and their prompt ids (up to the assistant's turn)."""
-    messages = initial_messages(env, await env.reset())
+    messages = initial_messages(env, await env_call("reset", env.reset))
     return messages, render_prompt(codec, messages, next_role="assistant")
 
 
@@ -161,7 +167,7 @@ async def run_episode(
             break
         turns.append(Turn(parsed.messages, None, (), gen_s, 0.0))  # in the transcript while the tool runs
         t1 = time.perf_counter()
-        result: StepResult = await env.step(parsed.messages)
+        result: StepResult = await env_call("step", env.step, parsed.messages)
         tool_s = time.perf_counter() - t1
         turns[-1] = Turn(parsed.messages, None, result.observations, gen_s, tool_s)
         messages.extend(parsed.messages)

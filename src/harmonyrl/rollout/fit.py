@@ -16,6 +16,7 @@ from rich.console import Console
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import first_prompt
+from harmonyrl.rollout.env_calls import EnvFault, env_call, env_call_sync
 from harmonyrl.types import Task
 
 PER_SPLIT = 32
@@ -25,17 +26,18 @@ PER_SPLIT = 32
 async def prompt_lengths(factory: EnvFactory, codec: Codec, tasks: Sequence[Task]) -> list[int]:
     """Token length of each task's first prompt, rendered by the agent loop's own :func:`first_prompt`.
 
-    A task whose env fails to make, reset or close is left out: in a rollout that is a masked ``env_error`` of
-    one episode, and this advisory check must not turn it into a run that cannot start."""
+    A task whose env fails to make, reset or close (an ``EnvFault``) is left out: in a rollout that is a masked
+    ``env_error`` of one episode, and this advisory check must not turn it into a run that cannot start. Any
+    other exception (rendering the prompt) is the harness's and propagates."""
     lengths = []
     for task in tasks:
         try:
-            env = factory.make(task)
+            env = env_call_sync("make", factory.make, task)
             try:
                 _, ids = await first_prompt(env, codec)
             finally:
-                await env.close()
-        except Exception:
+                await env_call("close", env.close)
+        except EnvFault:
             continue
         lengths.append(len(ids))
     return lengths

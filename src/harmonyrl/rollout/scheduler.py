@@ -1,9 +1,14 @@
 """Runs many episodes concurrently against one engine, each under a wall-clock budget, retrying faulted groups.
 
 Every episode is its own asyncio task, so while one waits for a tool the engine keeps decoding the others
-(continuous batching does the rest). An exception inside an episode — the environment's fault by
-definition, since model faults are observations — becomes a typed ``env_error`` failure for that episode
-only: one failing episode never aborts a step.
+(continuous batching does the rest).
+
+**Whose fault** (invariant 8). An exception raised by one of the environment's own calls (make, reset, step,
+close; tools run inside step) arrives as an :class:`~harmonyrl.rollout.env_calls.EnvFault` and becomes a typed
+``env_error`` failure for that episode only: one failing environment never aborts a step. Any other exception
+— the engine's, the parser's, a bug in the harness — is not the environment's: it propagates out of
+:func:`run_episodes` with its traceback (annotated with the episode's task and seed), the episodes still
+running are cancelled (their environments closed), and the step fails loudly instead of being masked.
 
 **Wall-clock budget** (``EpisodeLimits.timeout_s``). The clock starts when the episode gets its concurrency
 slot (time queued behind other episodes is not its own) and covers env creation, every generation and every
@@ -43,6 +48,7 @@ from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits, run_episode
+from harmonyrl.rollout.env_calls import EnvFault, env_call, env_call_sync
 from harmonyrl.types import Failure, SamplingParams, Task, Trajectory, Turn
 
 CLOSE_TIMEOUT_S = 5.0
@@ -100,11 +106,11 @@ async def _episode(
     req: EpisodeRequest,
     transcript: list[Turn],
 ) -> Trajectory:
-    """One episode; every exception becomes an ``env_error`` here, so a ``TimeoutError`` leaving this
-    coroutine can only be the budget's own. ``transcript`` receives the turns as they happen."""
+    """One episode; an environment's exception (an ``EnvFault``) becomes an ``env_error`` here, anything else
+    propagates with a note naming the episode. ``transcript`` receives the turns as they happen."""
     env = None
     try:
-        env = factory.make(req.task)
+        env = env_call_sync("make", factory.make, req.task)
         return await run_episode(
             engine,
             env,
@@ -116,13 +122,16 @@ async def _episode(
             seed=req.seed,
             transcript=transcript,
         )
-    except Exception as exc:  # the env's fault: mask this episode, keep the step
-        return _failed(req, Failure("env_error", f"{type(exc).__name__}: {exc}"[:500]), transcript)
+    except EnvFault as fault:  # the env's own call failed: mask this episode, keep the step
+        return _failed(req, fault.failure, transcript)
+    except Exception as exc:  # the harness's: fail the step, saying which episode it was
+        exc.add_note(f"in the episode of task '{req.task.id}' (group {req.group_id}, seed {req.seed})")
+        raise
     finally:
         if env is not None:
             # a failing (or hanging) close must not turn a finished episode into a lost one
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(env.close(), CLOSE_TIMEOUT_S)
+            with contextlib.suppress(EnvFault, TimeoutError):
+                await asyncio.wait_for(env_call("close", env.close), CLOSE_TIMEOUT_S)
 
 
 async def _one(
@@ -136,10 +145,14 @@ async def _one(
 ) -> Trajectory:
     transcript: list[Turn] = []
     async with gate:
+        budget = asyncio.timeout(limits.timeout_s)
         try:
-            episode = _episode(engine, factory, codec, params, limits, req, transcript)
-            return await asyncio.wait_for(episode, limits.timeout_s)
-        except TimeoutError:  # wait_for has cancelled the episode (and with it any running tool) by now
+            async with budget:
+                return await _episode(engine, factory, codec, params, limits, req, transcript)
+        except TimeoutError:
+            if not budget.expired():  # a TimeoutError the harness raised, not the budget's: not masked
+                raise
+            # the budget has cancelled the episode (and with it any running tool) by now
             failure = Failure("episode_timeout", f"exceeded its {limits.timeout_s:g} s wall-clock budget")
             return _failed(req, failure, transcript)
 
@@ -162,7 +175,14 @@ async def run_episodes(
     t0 = time.perf_counter()
 
     async def batch(reqs: Sequence[EpisodeRequest]) -> list[Trajectory]:
-        return list(await asyncio.gather(*(_one(engine, factory, codec, params, limits, r, gate) for r in reqs)))
+        tasks = [asyncio.ensure_future(_one(engine, factory, codec, params, limits, r, gate)) for r in reqs]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:  # a harness failure (or our own cancellation): stop the siblings, then raise it
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     trajs = await batch(requests)
     group_retries = retried_episodes = 0

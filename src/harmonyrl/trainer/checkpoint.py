@@ -1,31 +1,88 @@
-"""Atomic checkpoints: everything is written to a temporary folder, then renamed into place.
+"""Atomic, durable checkpoints that are data, not code.
 
-A crash mid-write leaves at most a stray ``*.tmp`` folder; the last good checkpoint is never touched
-until the new one is complete (invariant 7).
+**Atomic.** Everything is written to ``NAME.tmp``, then switched in with two renames: ``NAME`` → ``NAME.old``,
+``NAME.tmp`` → ``NAME``; ``NAME.old`` is removed last. A directory cannot be replaced by a rename while it holds
+files, so the switch has a window in which ``NAME`` does not exist; a reader must then take ``NAME.old``, the
+previous complete checkpoint (:func:`committed`), never conclude that there is none (invariant 7). A crash
+while writing leaves at most a stray ``NAME.tmp``; the last good checkpoint is never touched until the new one
+is complete.
+
+**Durable.** Every file of the new folder and the folder itself are fsynced before the switch, and the parent
+folder after each rename, so after a power cut the directory entries point at complete files.
+
+**Data, not code.** ``trainer_state.pt`` holds only tensors and plain containers (dicts, lists, tuples,
+numbers, strings, bytes) and is read with ``torch.load(weights_only=True)`` (:func:`load_state`): a crafted
+file cannot execute anything, it is refused with a one-line :class:`~harmonyrl.errors.CheckpointError`.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from harmonyrl.errors import CheckpointError
 from harmonyrl.models.tiny_gpt_oss import save_model
+
+STATE_FILE = "trainer_state.pt"
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file or a directory (its entries) by path."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for child in folder.iterdir():
+        if child.is_file():
+            _fsync_path(child)
+    _fsync_path(folder)
+
+
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _as_os_error(e: BaseException, where: Path) -> BaseException:
+    """An I/O failure as an ``OSError`` naming ``where``. safetensors reports a failed write as its own
+    ``SafetensorError`` whose text ends in Rust's ``(os error N)``; that number is the only errno it gives."""
+    if isinstance(e, OSError):
+        return e if e.filename or e.errno is None else OSError(e.errno, e.strerror, str(where))
+    match = _RUST_OS_ERROR.search(str(e))
+    if match is None:
+        return e
+    number = int(match.group(1))
+    return OSError(number, os.strerror(number), str(where))
+
+
+def committed(path: Path) -> Path | None:
+    """The complete checkpoint to read for ``path``: ``path`` itself, or ``path.old`` when a switch was cut
+    between its two renames; None when neither holds a state file."""
+    for candidate in (path, path.with_name(path.name + ".old")):
+        if (candidate / STATE_FILE).is_file():
+            return candidate
+    return None
 
 
 def save_checkpoint(
     path: Path, model: Any, optimizer: torch.optim.Optimizer | None, step: int, extra: dict[str, Any]
 ) -> Path:
-    """Write ``path`` (a folder) atomically: model safetensors + config, optimizer, RNG states, step."""
+    """Write ``path`` (a folder) atomically and durably: model safetensors + config, optimizer, RNG states,
+    step and ``extra`` (tensors and plain containers only)."""
     tmp = path.with_name(path.name + ".tmp")
+    old = path.with_name(path.name + ".old")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_model(model, tmp)
     state = {
         "step": step,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
@@ -33,11 +90,42 @@ def save_checkpoint(
         "rng_python": random.getstate(),
         **extra,
     }
-    torch.save(state, tmp / "trainer_state.pt")
-    old = path.with_name(path.name + ".old")
+    try:
+        save_model(model, tmp)
+        with (tmp / STATE_FILE).open("wb") as fh:  # a Python file: a failed write is an OSError naming its cause
+            torch.save(state, fh)
+        _fsync_tree(tmp)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # on a full disk, the half-written copy holds the space a retry needs
+        raise _as_os_error(e, tmp) from e
     if path.exists():
+        if old.exists():  # left by a crash after the switch, before its removal: ``path`` is the newer one
+            shutil.rmtree(old)
         os.replace(path, old)
+    # else: first save, or a switch cut before its second rename (then ``old`` is the good one: keep it)
     os.replace(tmp, path)
+    _fsync_path(path.parent)
     if old.exists():
         shutil.rmtree(old)
     return path
+
+
+def load_state(folder: Path) -> dict[str, Any]:
+    """``folder``'s trainer state, read as data (``weights_only=True``); one-line :class:`CheckpointError` if it
+    is missing, unreadable, or asks to run code while loading."""
+    path = folder / STATE_FILE
+    if not path.is_file():
+        raise CheckpointError(f"'{folder}' is not a training checkpoint (no {STATE_FILE} inside)")
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"refusing to load '{path}': it is not plain checkpoint data (it asks to run code or build objects "
+            "while loading, which a harmonyrl checkpoint never does)"
+        ) from e
+    except Exception as e:  # truncated, not a torch file, unreadable: say which file, keep the cause
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot read '{path}': {first}") from e
+    if not isinstance(state, dict) or isinstance(state.get("step"), bool) or not isinstance(state.get("step"), int):
+        raise CheckpointError(f"'{path}' is not a harmonyrl trainer state (no step)")
+    return state

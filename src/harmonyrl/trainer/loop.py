@@ -29,12 +29,15 @@ from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
+from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
     check_engine_kernel,
     check_sinks,
     held_out_eval,
+    held_out_tasks,
     load_for,
     make_engine,
     make_factory,
@@ -106,7 +109,23 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
+    held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
     run_dir, model, saved = open_run(config, tok, resume)
+    with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
+        return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved)
+
+
+async def _train_in(
+    config: RunConfig,
+    console: Console,
+    t_start: float,
+    tok: HarmonyTokenizer,
+    factory: EnvFactory,
+    run_dir: Path,
+    model: torch.nn.Module,
+    saved: Progress | None,
+) -> TrainResult:
+    """``train`` once its run folder is open: everything that writes to it."""
     sink = open_sinks(config, run_dir)
     progress = StepProgress(console)
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
@@ -145,6 +164,9 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         learner.load_extra_state(saved.state["learner"])
         first = saved.step
     skipped_in_a_row = 0
+    breaker = FaultBreaker(r.fault_breaker)
+    if in_rl and saved is not None:
+        breaker.load_state(saved.state.get("faults", {}))
     params = SamplingParams(
         temperature=r.temperature,
         top_p=r.top_p,
@@ -163,6 +185,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         rollout = await run_episodes(
             engine, step_factory, tok, requests, params, limits, r.max_batch, r.retry_faulted_groups
         )
+        tripped = breaker.observe(rollout.trajectories)
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
         metrics |= rollout.fault_metrics() | injected_metrics(step_factory)
         if config.telemetry.record_episodes:
@@ -185,7 +208,12 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
             metrics |= await held_out()
         sink.write(step + 1, metrics, "rl")
-        save_progress(run_dir, model, "rl", step + 1, learner.optimizer, learner=learner.extra_state())
+        save_progress(
+            run_dir, model, "rl", step + 1, learner.optimizer, learner=learner.extra_state(), faults=breaker.state()
+        )
+        if tripped is not None:
+            progress.stop()
+            raise FaultBreakerTripped(tripped)
         progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
         skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("guard/skipped", 0.0) else 0
         if config.rl.guards.stop_after is not None and skipped_in_a_row >= config.rl.guards.stop_after:

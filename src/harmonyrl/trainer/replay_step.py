@@ -2,7 +2,8 @@
 
 Why this is bit-exact on CPU: everything ``Learner.update`` reads is either stored losslessly or rebuilt
 exactly. The episodes come back equal from :mod:`.store`; the weights, optimizer and learner state before the
-step come from a checkpoint (safetensors and ``torch.save`` are lossless); the reference model is the policy
+step come from a checkpoint (safetensors and ``torch.save`` of plain data are lossless; read back with
+``weights_only=True``, so a crafted run folder cannot run code); the reference model is the policy
 at RL start (``checkpoints/sft``, or the configured start model when there was no SFT), as in ``train``;
 the update itself draws no random numbers (the model runs in eval mode, the soft-Q replay buffer carries its
 own RNG in the learner state, the value head starts at zero). The process is set up as ``train`` sets it up
@@ -33,7 +34,7 @@ from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.rollout.store import list_steps, read_step, step_path
-from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import last_dir
 from harmonyrl.trainer.setup import load_for, make_factory, rl_start_model, setup_process
@@ -71,17 +72,13 @@ def replay_update(learner: Learner, trajectories: Sequence[Trajectory]) -> dict[
 
 
 def _read_state(folder: Path) -> dict[str, Any]:
-    path = folder / "trainer_state.pt"
-    if not path.is_file():
-        raise CheckpointError(f"'{folder}' is not a training checkpoint (no trainer_state.pt inside)")
-    try:  # weights_only=False: the state holds RNG tuples and, for soft-Q, the replay buffer's episodes
-        state = torch.load(path, weights_only=False)
-    except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"cannot read '{path}': {first}") from e
-    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
-        raise CheckpointError(f"'{path}' has no step")
-    return state
+    """The checkpoint's trainer state, read as data only (see :func:`harmonyrl.trainer.checkpoint.load_state`)."""
+    return load_state(folder)
+
+
+def _last(run_dir: Path) -> Path:
+    """``checkpoints/last``, or ``last.old`` when the run was stopped between a checkpoint's two renames."""
+    return committed(last_dir(run_dir)) or last_dir(run_dir)
 
 
 def _rl_step_of(folder: Path) -> int | None:
@@ -97,9 +94,9 @@ def _pre_step_checkpoint(run_dir: Path, step: int, checkpoint: Path | None) -> P
     """The checkpoint holding the state before ``step`` (> 1), or a CheckpointError naming what is needed."""
     need = f"replaying RL step {step} needs the checkpoint saved after RL step {step - 1}"
     if checkpoint is None:
-        if _rl_step_of(last_dir(run_dir)) == step - 1:
-            return last_dir(run_dir)
-        raise CheckpointError(f"{need} (pass --checkpoint DIR; '{last_dir(run_dir)}' is not at that step)")
+        if _rl_step_of(_last(run_dir)) == step - 1:
+            return _last(run_dir)
+        raise CheckpointError(f"{need} (pass --checkpoint DIR; '{_last(run_dir)}' is not at that step)")
     state = _read_state(checkpoint)
     if state.get("phase", "rl") != "rl" or state["step"] != step - 1:
         got = f"{state['phase']} step {state['step']}" if "phase" in state else f"step {state['step']}"
@@ -142,8 +139,8 @@ def _after_step_checkpoint(run_dir: Path, step: int) -> Path | None:
     final = run_dir / "checkpoints" / "final"
     if (final / "config.json").is_file() and step == max(list_steps(run_dir), default=0):
         return final
-    if _rl_step_of(last_dir(run_dir)) == step:
-        return last_dir(run_dir)
+    if _rl_step_of(_last(run_dir)) == step:
+        return _last(run_dir)
     return None
 
 

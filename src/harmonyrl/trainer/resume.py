@@ -2,16 +2,24 @@
 
 Written atomically (see :mod:`.checkpoint`) after every RL step and every ``sft.checkpoint_every`` SFT steps:
 model weights, optimizer (and LR schedule), the learner's extra state (value head, soft-Q temperature and
-replay buffer), every RNG, the phase and step, and how many lines ``metrics.jsonl`` and
-``rollouts/episodes.jsonl`` had at that moment. A resume truncates those files back to that point — rows
-written by the killed process after its last checkpoint are produced again, identically, so a run killed
-at any moment and resumed ends with the same files as one that never stopped (``benchmarks/resume.py``).
+replay buffer), the fault breaker's streak, every RNG, the phase and step, and how many lines
+``metrics.jsonl`` and ``rollouts/episodes.jsonl`` had at that moment (fsynced first, so the checkpoint never
+counts a row that a power cut could lose). A resume truncates those files back to that point — rows written
+by the killed process after its last checkpoint are produced again, identically, so a run killed at any
+moment and resumed ends with the same files as one that never stopped (``benchmarks/resume.py``).
 Everything else a step needs is a function of the step index (task choice, sampling seeds) or lives in the
 checkpoint, and the engine's sampling does not depend on batch composition.
+
+**A failed resume changes nothing** (invariant 7). Reading is split from writing: :func:`load_progress` and
+:func:`plan_rewind` check the state and every tracked file (present, long enough, UTF-8 JSON lines up to the
+cut, the evaluation before RL recorded, the folder writable) and raise a one-line ``CheckpointError`` before
+:func:`rewind_files` truncates anything.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +28,15 @@ from typing import Any, Literal
 import torch
 
 from harmonyrl.errors import CheckpointError
-from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
 
 TRACKED_FILES = ("metrics.jsonl", "rollouts/episodes.jsonl")
 Phase = Literal["sft", "rl"]
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "sft": ("optimizer", "schedule", "lines", "rng_torch", "rng_python"),
+    "rl": ("optimizer", "learner", "lines", "rng_torch", "rng_python"),
+}
+"""The keys a resume of each phase reads from the state."""
 
 
 @dataclass(frozen=True)
@@ -44,40 +57,100 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.is_file() else 0
 
 
+def _fsync(path: Path) -> None:
+    if path.is_file():
+        with path.open("rb") as fh:
+            os.fsync(fh.fileno())
+
+
 def save_progress(
     run_dir: Path, model: torch.nn.Module, phase: Phase, step: int, optimizer: torch.optim.Optimizer, **extra: Any
 ) -> None:
     """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``."""
+    for name in TRACKED_FILES:
+        _fsync(run_dir / name)
     lines = {name: _lines(run_dir / name) for name in TRACKED_FILES}
     save_checkpoint(last_dir(run_dir), model, optimizer, step, {"phase": phase, "lines": lines, **extra})
 
 
 def load_progress(run_dir: Path) -> Progress | None:
-    """The last saved position of ``run_dir``, or None if the run never got past its first checkpoint."""
-    path = last_dir(run_dir)
-    if not (path / "trainer_state.pt").is_file():
+    """The last saved position of ``run_dir``, or None if the run never got past its first checkpoint.
+
+    Reads ``checkpoints/last``, or ``last.old`` when a save was cut between its two renames."""
+    folder = committed(last_dir(run_dir))
+    if folder is None:
         return None
-    try:
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
-    except Exception as e:  # truncated or foreign file: say which, keep the cause
-        raise CheckpointError(f"cannot read resume state '{path}': {str(e).splitlines()[0]}") from e
-    if state.get("phase") not in ("sft", "rl") or not isinstance(state.get("step"), int):
-        raise CheckpointError(f"resume state '{path}' has no valid phase/step")
-    return Progress(state["phase"], state["step"], state, path)
+    state = load_state(folder)
+    phase = state.get("phase")
+    if phase not in _NEEDS:
+        raise CheckpointError(f"resume state '{folder}' has no valid phase (got {phase!r})")
+    missing = [k for k in _NEEDS[phase] if k not in state]
+    lines = state.get("lines")
+    if missing or not isinstance(lines, dict) or not all(isinstance(v, int) for v in lines.values()):
+        raise CheckpointError(f"resume state '{folder}' is incomplete (missing or invalid: {missing or ['lines']})")
+    if not isinstance(state["rng_torch"], torch.Tensor) or not isinstance(state["rng_python"], tuple):
+        raise CheckpointError(f"resume state '{folder}' has invalid RNG states")
+    return Progress(phase, state["step"], state, folder)
 
 
-def rewind_files(run_dir: Path, progress: Progress | None) -> None:
-    """Cut the tracked files back to their length at ``progress`` (to nothing if there is none)."""
+def _cut_of(run_dir: Path, name: str, keep: int, where: str) -> int:
+    """Byte offset just after line ``keep`` of tracked file ``name``, checked: present, at least ``keep`` complete
+    lines, those lines UTF-8 JSON. A torn or garbled tail after them is what the rewind removes."""
+    path = run_dir / name
+    if keep == 0:
+        return 0
+    if not path.is_file():
+        raise CheckpointError(f"cannot resume: '{path}' is missing but {where} recorded {keep} lines of it")
+    data = path.read_bytes()
+    cut = 0
+    for number in range(1, keep + 1):
+        end = data.find(b"\n", cut)
+        if end < 0:
+            raise CheckpointError(
+                f"cannot resume: '{path}' has {number - 1} complete lines but {where} recorded {keep}: "
+                "it was truncated or replaced after the checkpoint"
+            )
+        try:
+            json.loads(data[cut:end].decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise CheckpointError(f"cannot resume: '{path}' line {number} is not UTF-8 text ({e.reason})") from None
+        except ValueError as e:
+            raise CheckpointError(f"cannot resume: '{path}' line {number} is not a JSON row ({e})") from None
+        cut = end + 1
+    return cut
+
+
+def _has_eval_before_rl(data: bytes) -> bool:
+    rows = (json.loads(line) for line in data.decode("utf-8").splitlines())
+    return any(isinstance(row, dict) and row.get("phase") == "eval" and row.get("step") == 0 for row in rows)
+
+
+def plan_rewind(run_dir: Path, progress: Progress | None) -> dict[str, int]:
+    """Where each tracked file will be cut (byte offsets), after checking that the cut is possible and the
+    folder writable. Changes nothing; raises a one-line ``CheckpointError`` for a folder it cannot resume."""
     lines = progress.state["lines"] if progress is not None else {}
+    where = f"the checkpoint at {progress.phase} step {progress.step}" if progress is not None else ""
+    cuts = {name: _cut_of(run_dir, name, lines.get(name, 0), where) for name in TRACKED_FILES}
+    if progress is not None and progress.phase == "rl":
+        metrics = run_dir / "metrics.jsonl"
+        if not _has_eval_before_rl(metrics.read_bytes()[: cuts["metrics.jsonl"]] if metrics.is_file() else b""):
+            raise CheckpointError(f"cannot resume RL: '{metrics}' has no evaluation before RL (step 0)")
+    for folder in (run_dir, run_dir / "checkpoints"):
+        if folder.is_dir() and not os.access(folder, os.W_OK):
+            raise CheckpointError(f"cannot resume: '{folder}' is not writable (read-only or no permission)")
     for name in TRACKED_FILES:
         path = run_dir / name
-        if not path.is_file():
-            continue
-        keep, data = lines.get(name, 0), path.read_bytes()
-        cut = 0
-        for _ in range(keep):
-            cut = data.index(b"\n", cut) + 1
-        path.write_bytes(data[:cut])
+        if path.is_file() and not os.access(path, os.W_OK):
+            raise CheckpointError(f"cannot resume: '{path}' is not writable (read-only or no permission)")
+    return cuts
+
+
+def rewind_files(run_dir: Path, cuts: dict[str, int]) -> None:
+    """Cut the tracked files at the offsets of :func:`plan_rewind` (truncation only: it cannot fill a disk)."""
+    for name, cut in cuts.items():
+        path = run_dir / name
+        if path.is_file() and path.stat().st_size != cut:
+            os.truncate(path, cut)
 
 
 def restore_rngs(state: dict[str, Any]) -> None:

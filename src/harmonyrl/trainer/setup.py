@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -17,7 +17,7 @@ from harmonyrl.engine.local import LocalEngine
 from harmonyrl.engine.native import isa, native_unsupported, use_native
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
-from harmonyrl.errors import CheckpointError
+from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model
@@ -26,7 +26,8 @@ from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.trainer.evaluate import evaluate
-from harmonyrl.trainer.resume import Progress, load_progress, restore_rngs, rewind_files
+from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
+from harmonyrl.types import Task
 
 
 def setup_process(seed: int, threads: int) -> None:
@@ -147,11 +148,21 @@ def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine,
     return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
 
 
+def held_out_tasks(config: RunConfig, factory: EnvFactory) -> Sequence[Task]:
+    """The tasks of the held-out evaluation; an empty test split is an error, not a success rate of 0 %."""
+    tasks = factory.tasks("test")[: config.eval.n_tasks]
+    if not tasks:
+        source = getattr(config.env, "tasks_file", None)
+        where = f' (\'{source}\' has no line with "split": "test")' if source is not None else ""
+        raise NoHeldOutTasks(f"env '{factory.name}' has no held-out tasks{where}: nothing to evaluate on")
+    return tasks
+
+
 def held_out_eval(
     config: RunConfig, engine: LocalEngine, factory: EnvFactory, tok: HarmonyTokenizer, limits: EpisodeLimits
 ) -> Callable[[], Awaitable[dict[str, float]]]:
     """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
-    tasks = factory.tasks("test")[: config.eval.n_tasks]
+    tasks = held_out_tasks(config, factory)
     e = config.eval
     return functools.partial(
         evaluate, engine, factory, tok, tasks, limits, e.temperature, e.samples_per_task, config.seed
@@ -173,10 +184,11 @@ def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Pa
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"cannot resume '{run_dir}': it is not a run folder (no config.yaml)")
     check_sinks(config)
-    saved = load_progress(run_dir)
-    rewind_files(run_dir, saved)
+    saved = load_progress(run_dir)  # read and check everything first: a failed resume changes nothing
+    cuts = plan_rewind(run_dir, saved)
     model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok)
     check_engine_kernel(config, model)
+    rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None
     set_kernel(model, config.model.attention)
