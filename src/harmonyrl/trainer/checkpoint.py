@@ -15,17 +15,26 @@ from typing import Any
 import torch
 
 from harmonyrl.models.tiny_gpt_oss import save_model
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 
 
 def save_checkpoint(
-    path: Path, model: Any, optimizer: torch.optim.Optimizer | None, step: int, extra: dict[str, Any]
+    path: Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer | None,
+    step: int,
+    extra: dict[str, Any],
+    files: CheckpointFiles | None = None,
 ) -> Path:
-    """Write ``path`` (a folder) atomically: model safetensors + config, optimizer, RNG states, step."""
+    """Write ``path`` (a folder) atomically: model safetensors + config, optimizer, RNG states, step, and
+    ``files`` (the run's tokenizer and config, see :mod:`.checkpoint_files`) when given."""
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     save_model(model, tmp)
+    if files is not None:
+        files.write(tmp)
     state = {
         "step": step,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,

@@ -29,6 +29,7 @@ from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.setup import (
@@ -44,9 +45,11 @@ from harmonyrl.trainer.setup import (
     prepare_run_dir,
     rl_start_model,
     setup_process,
+    sft_plan,
     with_faults,
 )
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
+from harmonyrl.trainer.skipped_updates import SkippedUpdates
 from harmonyrl.types import SamplingParams
 
 
@@ -95,7 +98,8 @@ async def run_sft(
         sink.write(step, {"sft/loss": loss, "sft/lr": schedule.get_last_lr()[0]}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            save_progress(run_dir, model, "sft", step + 1, optimizer, schedule=schedule.state_dict())
+            files = CheckpointFiles(config, tok)
+            save_progress(run_dir, model, "sft", step + 1, optimizer, files, schedule=schedule.state_dict())
     progress.stop()
 
 
@@ -109,6 +113,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
     run_dir, model, saved = open_run(config, tok, resume)
     sink = open_sinks(config, run_dir)
     progress = StepProgress(console)
+    files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
@@ -119,9 +124,11 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
 
     # 1. supervised warm start on the (imperfect) expert's demonstrations
     in_rl = saved is not None and saved.phase == "rl"
-    if config.sft.steps > 0 and config.model.init_from is None and not in_rl:
+    if (plan := sft_plan(config)) is not None and not in_rl:
+        console.print(plan, highlight=False, soft_wrap=True)
+    if config.sft.steps > 0 and not in_rl:  # from model.init_from too, when sft.steps is given with it
         await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
-        save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
+        save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, files)
 
     # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
@@ -145,6 +152,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         learner.load_extra_state(saved.state["learner"])
         first = saved.step
     skipped_in_a_row = 0
+    skipped_updates = SkippedUpdates(warn=lambda m: console.print(f"[yellow]{m}[/]", soft_wrap=True))
     params = SamplingParams(
         temperature=r.temperature,
         top_p=r.top_p,
@@ -172,6 +180,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         t1 = time.perf_counter()
         metrics |= engine.stats.since(engine_before, t1 - t0)
         metrics |= learner.update(rollout.trajectories)
+        metrics |= skipped_updates.observe(metrics, rollout.trajectories)  # warns after a run of skipped updates
         if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
             engine.load_weights(model.state_dict())
         t2 = time.perf_counter()
@@ -185,14 +194,16 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
             metrics |= await held_out()
         sink.write(step + 1, metrics, "rl")
-        save_progress(run_dir, model, "rl", step + 1, learner.optimizer, learner=learner.extra_state())
+        save_progress(run_dir, model, "rl", step + 1, learner.optimizer, files, learner=learner.extra_state())
         progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
         skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("guard/skipped", 0.0) else 0
         if config.rl.guards.stop_after is not None and skipped_in_a_row >= config.rl.guards.stop_after:
             console.print(f"[red]stopping: {skipped_in_a_row} RL steps in a row skipped by stability guards[/]")
             break
     progress.stop()
-    save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {})
+    if (note := skipped_updates.summary()) is not None:
+        console.print(f"[yellow]{note}[/]", soft_wrap=True)
+    save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {}, files)
 
     # 4. held-out evaluation of the trained policy
     after = await held_out()
@@ -247,7 +258,7 @@ async def sft_only(config: RunConfig, console: Console) -> Path:
     sink = open_sinks(config, run_dir)
     await run_sft(model, tok, factory, config, sink, StepProgress(console))
     sink.close()
-    return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
+    return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
 
 
 async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> dict[str, float]:
@@ -255,7 +266,7 @@ async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> di
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    model = load_for(checkpoint, tok)
+    model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)

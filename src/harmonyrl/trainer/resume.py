@@ -21,6 +21,7 @@ import torch
 
 from harmonyrl.errors import CheckpointError
 from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 
 TRACKED_FILES = ("metrics.jsonl", "rollouts/episodes.jsonl")
 Phase = Literal["sft", "rl"]
@@ -45,11 +46,17 @@ def _lines(path: Path) -> int:
 
 
 def save_progress(
-    run_dir: Path, model: torch.nn.Module, phase: Phase, step: int, optimizer: torch.optim.Optimizer, **extra: Any
+    run_dir: Path,
+    model: torch.nn.Module,
+    phase: Phase,
+    step: int,
+    optimizer: torch.optim.Optimizer,
+    files: CheckpointFiles | None = None,
+    **extra: Any,
 ) -> None:
     """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``."""
     lines = {name: _lines(run_dir / name) for name in TRACKED_FILES}
-    save_checkpoint(last_dir(run_dir), model, optimizer, step, {"phase": phase, "lines": lines, **extra})
+    save_checkpoint(last_dir(run_dir), model, optimizer, step, {"phase": phase, "lines": lines, **extra}, files)
 
 
 def load_progress(run_dir: Path) -> Progress | None:
