@@ -108,11 +108,10 @@ def evaluate(
     except (ConfigError, *USER_ERRORS) as e:
         raise _fail(str(e)) from None
     cfg = chosen.config
-    console.print(chosen.message, highlight=False, soft_wrap=True)
     from harmonyrl.trainer.loop import eval_only
 
     try:
-        metrics = asyncio.run(eval_only(cfg, checkpoint, console))
+        metrics = asyncio.run(eval_only(cfg, checkpoint, console, announce=chosen.message))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     import json

@@ -261,13 +261,18 @@ async def sft_only(config: RunConfig, console: Console) -> Path:
     return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
 
 
-async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> dict[str, float]:
-    """``harmonyrl eval``: held-out metrics of a checkpoint."""
+async def eval_only(
+    config: RunConfig, checkpoint: Path, console: Console, announce: str | None = None
+) -> dict[str, float]:
+    """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce`` (which env, and why) is printed once the
+    checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error."""
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)
+    if announce is not None:
+        console.print(announce, highlight=False, soft_wrap=True)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)
     with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):
