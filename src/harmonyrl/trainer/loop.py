@@ -256,6 +256,8 @@ async def sft_only(config: RunConfig, console: Console) -> Path:
     check_sinks(config)
     run_dir = prepare_run_dir(config)
     sink = open_sinks(config, run_dir)
+    if (plan := sft_plan(config)) is not None:
+        console.print(plan, highlight=False, soft_wrap=True)
     await run_sft(model, tok, factory, config, sink, StepProgress(console))
     sink.close()
     return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
