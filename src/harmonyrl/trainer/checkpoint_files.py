@@ -14,6 +14,8 @@ as atomic as the weights (see :mod:`harmonyrl.trainer.checkpoint`).
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +33,19 @@ class CheckpointFiles:
     config: RunConfig
     tokenizer: HarmonyTokenizer
 
+    @functools.cached_property
+    def contents(self) -> dict[str, bytes]:
+        """File name → bytes, rendered once per run: RL saves ``checkpoints/last`` after every step, and building
+        the transformers tokenizer each time would cost ~50 ms a step."""
+        with tempfile.TemporaryDirectory() as tmp:
+            self.tokenizer.save_pretrained(tmp)
+            files = {p.name: p.read_bytes() for p in Path(tmp).iterdir()}
+        return files | {RUN_CONFIG_FILE: dump_config(self.config).encode("utf-8")}
+
     def write(self, folder: Path) -> None:
         """Write the tokenizer (transformers layout) and :data:`RUN_CONFIG_FILE` into ``folder``."""
-        self.tokenizer.save_pretrained(folder)
-        (folder / RUN_CONFIG_FILE).write_text(dump_config(self.config), encoding="utf-8")
+        for name, data in self.contents.items():
+            (folder / name).write_bytes(data)
 
 
 @dataclass(frozen=True)
