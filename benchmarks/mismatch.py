@@ -60,7 +60,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {}
     for key, (label, extra) in VARIANTS.items():
         console.rule(f"({key}) {label}")
-        cfg = load_config(None, [*base, *extra, f"model.init_from={warm}", f"run_name={key}"])
+        cfg = load_config(None, [*base, *extra, f"model.init_from={warm}", "sft.steps=0", f"run_name={key}"])
         runs[key] = _rows(asyncio.run(train(cfg, console)).run_dir)
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))

@@ -122,13 +122,25 @@ def evaluate(
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="Checkpoint folder (config.json + safetensors).")],
     config: ConfigOpt = None,
     overrides: OverridesArg = None,
+    allow_env_mismatch: Annotated[
+        bool, typer.Option("--allow-env-mismatch", help="Evaluate on env.* settings other than the checkpoint's.")
+    ] = False,
 ) -> None:
-    """Evaluate a checkpoint on the held-out split; prints a table and the metrics as JSON."""
-    cfg = _config(config, overrides)
+    """Evaluate a checkpoint on the held-out split of the env it was trained on (recorded in the checkpoint);
+    prints a table and the metrics as JSON."""
+    from harmonyrl.trainer.eval_env import explicit_env, resolve_eval_env
+
+    try:
+        chosen = resolve_eval_env(
+            _config(config, overrides), checkpoint, explicit_env(config, overrides or []), allow_env_mismatch
+        )
+    except (ConfigError, *USER_ERRORS) as e:
+        raise _fail(str(e)) from None
+    cfg = chosen.config
     from harmonyrl.trainer.loop import eval_only
 
     try:
-        metrics = asyncio.run(eval_only(cfg, checkpoint, console))
+        metrics = asyncio.run(eval_only(cfg, checkpoint, console, announce=chosen.message))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     import json

@@ -26,7 +26,9 @@ class ModelConfig(Frozen):
     preset: Literal["nano", "micro", "small"] = "micro"
     """Size preset of the tiny GPT-OSS (nano: tests, micro: default demo, small: longer runs)."""
     init_from: Path | None = None
-    """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init."""
+    """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init. With it,
+    ``sft.steps`` defaults to 0 (the checkpoint is the warm start); an explicit ``sft.steps=N`` runs N SFT steps
+    from the checkpoint."""
     attention: Literal["eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "eager"
     """Trainer attention kernel: transformers' eager reference, the fused exact sink kernel, or a deliberately
     sink-less one (reproduces the sampler/trainer mismatch; see ``harmonyrl.models.attention``)."""
@@ -201,11 +203,30 @@ class RunConfig(Frozen):
     telemetry: TelemetryConfig = TelemetryConfig()
     env_faults: FaultInjectionConfig = FaultInjectionConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _init_from_skips_sft(cls, data: Any) -> Any:
+        """``model.init_from`` without an explicit ``sft.steps`` resolves ``sft.steps`` to 0, so the resolved config
+        (``config.yaml``) records the SFT that runs, not the default 500 that would not."""
+        if not isinstance(data, dict) or _get(data.get("model"), "init_from") is None:
+            return data
+        sft = data.get("sft")
+        if isinstance(sft, SFTConfig):
+            return data if "steps" in sft.model_fields_set else data | {"sft": sft.model_copy(update={"steps": 0})}
+        if sft is None or (isinstance(sft, dict) and "steps" not in sft):
+            return data | {"sft": {**(sft or {}), "steps": 0}}
+        return data
+
     @model_validator(mode="after")
     def _hang_needs_budget(self) -> RunConfig:
         if self.env_faults.rate > 0 and "hang" in self.env_faults.kinds and self.rollout.episode_timeout_s is None:
             raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
         return self
+
+
+def _get(section: Any, key: str) -> Any:
+    """``section[key]`` of a raw config section, given as a dict or as a validated model (None if absent)."""
+    return section.get(key) if isinstance(section, dict) else getattr(section, key, None)
 
 
 class ConfigError(ValueError):

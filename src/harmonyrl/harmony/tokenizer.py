@@ -236,6 +236,21 @@ class HarmonyTokenizer:
             clean_up_tokenization_spaces=False,
         )
 
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Save in transformers' layout, so ``AutoTokenizer.from_pretrained(directory)`` loads it.
+
+        Writes ``tokenizer.json`` and ``tokenizer_config.json`` (what transformers 5 reads) and
+        ``special_tokens_map.json`` (what older tools read). The loaded tokenizer parses control tokens in text:
+        ``"<|start|>user<|message|>hi<|end|>"`` gives the same ids as the harmony renderer."""
+        folder = Path(directory)
+        hf = self.to_transformers()
+        hf.save_pretrained(folder)
+        named = {"bos_token": hf.bos_token, "eos_token": hf.eos_token, "pad_token": hf.pad_token}
+        extra = [t for t in HARMONY_SPECIALS if t not in _NAMED]
+        mapping = {**named, "additional_special_tokens": extra}
+        (folder / "special_tokens_map.json").write_text(json.dumps(mapping, indent=2) + "\n", encoding="utf-8")
+        return folder
+
 
 _NAMED = frozenset({"<|startoftext|>", "<|return|>", "<|endoftext|>"})
 

@@ -90,6 +90,18 @@ def load_model(path: Path) -> GptOssForCausalLM:
         raise CheckpointError(f"cannot load checkpoint '{path}': {first_line}") from e
 
 
+def check_max_seq_len(config: GptOssConfig, max_seq_len: int, source: str) -> None:
+    """A one-line :class:`CheckpointError` when episodes of ``max_seq_len`` tokens would run past the positions the
+    model was built for (RoPE extrapolates silently: the engine would decode, just wrongly). A fresh preset model
+    is built with ``max(1024, max_seq_len)`` positions, so this concerns loaded checkpoints."""
+    limit = int(config.max_position_embeddings)
+    if max_seq_len > limit:
+        raise CheckpointError(
+            f"rollout.max_seq_len={max_seq_len} exceeds the max_position_embeddings={limit} of {source}; "
+            f"set rollout.max_seq_len<={limit}"
+        )
+
+
 def save_model(model: GptOssForCausalLM, path: Path) -> None:
     model.save_pretrained(path, safe_serialization=True)
 

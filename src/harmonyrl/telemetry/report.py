@@ -193,12 +193,40 @@ def _episode(ep: Episode) -> str:
     return f'<article class="episode"><h3>{" · ".join(head)}</h3>{"".join(turns)}</article>'
 
 
+def update_note(series: Series) -> str | None:
+    """Why update curves are missing or have gaps: RL steps that applied no update (``train/skipped``: nothing
+    trainable, e.g. every group's episodes scored alike) or were rolled back (``guard/skipped``)."""
+    steps, flags = series.get("train/skipped", ([], []))
+    skipped = [s for s, v in zip(steps, flags, strict=True) if v]
+    guarded = sum(v > 0 for v in series.get("guard/skipped", ([], []))[1])
+    parts: list[str] = []
+    if skipped:
+        equal = dict(zip(*series.get("rollout/equal_reward_groups", ([], [])), strict=True))
+        groups = dict(zip(*series.get("rollout/groups", ([], [])), strict=True))
+        rewards = dict(zip(*series.get("rollout/reward", ([], [])), strict=True))
+        all_equal = all(s in equal and equal[s] == groups.get(s) for s in skipped)
+        cause = "every group's episodes had equal rewards" if all_equal else "nothing was trainable"
+        mean = sum(rewards.get(s, 0.0) for s in skipped) / len(skipped)
+        hint = " — the task may be too hard for the warm start" if all_equal and mean == 0.0 else ""
+        scope = f"{'any' if len(skipped) == len(steps) else len(skipped)} of the {len(steps)}"
+        parts.append(
+            f"No update was applied in {scope} RL steps (train/skipped): {cause} (mean rollout reward "
+            f"{mean:.2f} on those steps){hint}. The update curves (KL, entropy, gradient norm, clip fraction) "
+            "have no points there."
+        )
+    if guarded:
+        parts.append(f"{guarded} RL steps were rolled back by a stability guard (guard/skipped).")
+    return " ".join(parts) or None
+
+
 def render_html(
     run_dir: Path, data: RunData, series: Series, plots: Sequence[Plot], skipped: Sequence[str], eps: Sequence[Episode]
 ) -> str:
     """The whole page as one string; everything taken from the run folder goes through ``esc``."""
     sections: list[str] = []
     nav: list[str] = []
+    if (note := update_note(series)) is not None:
+        sections.append(f'<p class="warn">{esc(note)}</p>')
     for plot in plots:
         uri = "data:image/png;base64," + base64.b64encode(plot.png).decode("ascii")
         nav.append(f'<a href="#{plot.slug}">{esc(plot.title)}</a>')

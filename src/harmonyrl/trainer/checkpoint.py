@@ -29,6 +29,7 @@ import torch
 
 from harmonyrl.errors import CheckpointError
 from harmonyrl.models.tiny_gpt_oss import save_model
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 
 STATE_FILE = "trainer_state.pt"
 
@@ -74,10 +75,16 @@ def committed(path: Path) -> Path | None:
 
 
 def save_checkpoint(
-    path: Path, model: Any, optimizer: torch.optim.Optimizer | None, step: int, extra: dict[str, Any]
+    path: Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer | None,
+    step: int,
+    extra: dict[str, Any],
+    files: CheckpointFiles | None = None,
 ) -> Path:
     """Write ``path`` (a folder) atomically and durably: model safetensors + config, optimizer, RNG states,
-    step and ``extra`` (tensors and plain containers only)."""
+    step, ``extra`` (tensors and plain containers only) and ``files`` (the run's tokenizer and config, see
+    :mod:`.checkpoint_files`) when given."""
     tmp = path.with_name(path.name + ".tmp")
     old = path.with_name(path.name + ".old")
     if tmp.exists():
@@ -92,6 +99,8 @@ def save_checkpoint(
     }
     try:
         save_model(model, tmp)
+        if files is not None:
+            files.write(tmp)
         with (tmp / STATE_FILE).open("wb") as fh:  # a Python file: a failed write is an OSError naming its cause
             torch.save(state, fh)
         _fsync_tree(tmp)

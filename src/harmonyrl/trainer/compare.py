@@ -128,6 +128,7 @@ async def compare(
                 output_dir=out,
                 run_name=f"{algo}-seed{seed}",
                 model=model.model_dump(),
+                sft={**config.sft.model_dump(), "steps": 0},  # the shared warm start above is this run's SFT
                 rl=_rl_for(config, algo).model_dump(),
                 eval=config.eval.model_copy(update={"every": every}).model_dump(),
             )

@@ -29,6 +29,7 @@ from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
@@ -47,9 +48,11 @@ from harmonyrl.trainer.setup import (
     prepare_run_dir,
     rl_start_model,
     setup_process,
+    sft_plan,
     with_faults,
 )
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
+from harmonyrl.trainer.skipped_updates import SkippedUpdates
 from harmonyrl.types import SamplingParams
 
 
@@ -98,7 +101,8 @@ async def run_sft(
         sink.write(step, {"sft/loss": loss, "sft/lr": schedule.get_last_lr()[0]}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            save_progress(run_dir, model, "sft", step + 1, optimizer, schedule=schedule.state_dict())
+            files = CheckpointFiles(config, tok)
+            save_progress(run_dir, model, "sft", step + 1, optimizer, files, schedule=schedule.state_dict())
     progress.stop()
 
 
@@ -128,6 +132,7 @@ async def _train_in(
     """``train`` once its run folder is open: everything that writes to it."""
     sink = open_sinks(config, run_dir)
     progress = StepProgress(console)
+    files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
@@ -138,9 +143,11 @@ async def _train_in(
 
     # 1. supervised warm start on the (imperfect) expert's demonstrations
     in_rl = saved is not None and saved.phase == "rl"
-    if config.sft.steps > 0 and config.model.init_from is None and not in_rl:
+    if (plan := sft_plan(config)) is not None and not in_rl:
+        console.print(plan, highlight=False, soft_wrap=True)
+    if config.sft.steps > 0 and not in_rl:  # from model.init_from too, when sft.steps is given with it
         await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
-        save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
+        save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, files)
 
     # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
@@ -167,6 +174,7 @@ async def _train_in(
     breaker = FaultBreaker(r.fault_breaker)
     if in_rl and saved is not None:
         breaker.load_state(saved.state.get("faults", {}))
+    skipped_updates = SkippedUpdates(warn=lambda m: console.print(f"[yellow]{m}[/]", soft_wrap=True))
     params = SamplingParams(
         temperature=r.temperature,
         top_p=r.top_p,
@@ -195,6 +203,7 @@ async def _train_in(
         t1 = time.perf_counter()
         metrics |= engine.stats.since(engine_before, t1 - t0)
         metrics |= learner.update(rollout.trajectories)
+        metrics |= skipped_updates.observe(metrics, rollout.trajectories)  # warns after a run of skipped updates
         if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
             engine.load_weights(model.state_dict())
         t2 = time.perf_counter()
@@ -209,7 +218,14 @@ async def _train_in(
             metrics |= await held_out()
         sink.write(step + 1, metrics, "rl")
         save_progress(
-            run_dir, model, "rl", step + 1, learner.optimizer, learner=learner.extra_state(), faults=breaker.state()
+            run_dir,
+            model,
+            "rl",
+            step + 1,
+            learner.optimizer,
+            files,
+            learner=learner.extra_state(),
+            faults=breaker.state(),
         )
         if tripped is not None:
             progress.stop()
@@ -220,7 +236,9 @@ async def _train_in(
             console.print(f"[red]stopping: {skipped_in_a_row} RL steps in a row skipped by stability guards[/]")
             break
     progress.stop()
-    save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {})
+    if (note := skipped_updates.summary()) is not None:
+        console.print(f"[yellow]{note}[/]", soft_wrap=True)
+    save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {}, files)
 
     # 4. held-out evaluation of the trained policy
     after = await held_out()
@@ -273,18 +291,25 @@ async def sft_only(config: RunConfig, console: Console) -> Path:
     check_sinks(config)
     run_dir = prepare_run_dir(config)
     sink = open_sinks(config, run_dir)
+    if (plan := sft_plan(config)) is not None:
+        console.print(plan, highlight=False, soft_wrap=True)
     await run_sft(model, tok, factory, config, sink, StepProgress(console))
     sink.close()
-    return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
+    return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
 
 
-async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> dict[str, float]:
-    """``harmonyrl eval``: held-out metrics of a checkpoint."""
+async def eval_only(
+    config: RunConfig, checkpoint: Path, console: Console, announce: str | None = None
+) -> dict[str, float]:
+    """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce`` (which env, and why) is printed once the
+    checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error."""
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    model = load_for(checkpoint, tok)
+    model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)
+    if announce is not None:
+        console.print(announce, highlight=False, soft_wrap=True)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)
     with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):

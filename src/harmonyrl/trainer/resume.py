@@ -29,6 +29,7 @@ import torch
 
 from harmonyrl.errors import CheckpointError
 from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 
 TRACKED_FILES = ("metrics.jsonl", "rollouts/episodes.jsonl")
 Phase = Literal["sft", "rl"]
@@ -64,13 +65,19 @@ def _fsync(path: Path) -> None:
 
 
 def save_progress(
-    run_dir: Path, model: torch.nn.Module, phase: Phase, step: int, optimizer: torch.optim.Optimizer, **extra: Any
+    run_dir: Path,
+    model: torch.nn.Module,
+    phase: Phase,
+    step: int,
+    optimizer: torch.optim.Optimizer,
+    files: CheckpointFiles | None = None,
+    **extra: Any,
 ) -> None:
     """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``."""
     for name in TRACKED_FILES:
         _fsync(run_dir / name)
     lines = {name: _lines(run_dir / name) for name in TRACKED_FILES}
-    save_checkpoint(last_dir(run_dir), model, optimizer, step, {"phase": phase, "lines": lines, **extra})
+    save_checkpoint(last_dir(run_dir), model, optimizer, step, {"phase": phase, "lines": lines, **extra}, files)
 
 
 def load_progress(run_dir: Path) -> Progress | None:

@@ -20,7 +20,7 @@ from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.attention import set_kernel
-from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model
+from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
@@ -89,20 +89,23 @@ def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) ->
     return inject_faults(factory, faults.rate, faults.kinds, faults.seed * 1_000_003 + step, faults.timeout_delay_s)
 
 
-def load_for(path: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
-    """A checkpoint that must fit the shipped tokenizer (else every id would mean something else)."""
+def load_for(path: Path, tok: HarmonyTokenizer, max_seq_len: int | None = None) -> torch.nn.Module:
+    """A checkpoint that must fit the shipped tokenizer (else every id would mean something else) and, given
+    ``max_seq_len``, hold positions for episodes that long."""
     model = load_model(path)
     if model.config.vocab_size != tok.vocab_size:
         raise CheckpointError(
             f"checkpoint '{path}' has vocab {model.config.vocab_size}, tokenizer has {tok.vocab_size}"
         )
+    if max_seq_len is not None:
+        check_max_seq_len(model.config, max_seq_len, f"checkpoint '{path}'")
     return model
 
 
 def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
     """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
     if config.model.init_from is not None:
-        model = load_for(config.model.init_from, tok)
+        model = load_for(config.model.init_from, tok, config.rollout.max_seq_len)
         set_kernel(model, config.model.attention)
         return model
     mcfg = build_config(
@@ -115,6 +118,17 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
     model = build_model(mcfg, seed=config.seed)
     set_kernel(model, config.model.attention)
     return model
+
+
+def sft_plan(config: RunConfig) -> str | None:
+    """One line saying what the SFT warm start does when it is not the plain default: skipped, or run from
+    ``model.init_from`` (whose presence resolves ``sft.steps`` to 0 unless it is given)."""
+    steps, init = config.sft.steps, config.model.init_from
+    if init is not None and steps > 0:
+        return f"SFT warm start: {steps} steps from model.init_from={init} (sft.steps given)"
+    if init is not None:
+        return f"SFT warm start: none, model.init_from={init} is the warm start (sft.steps=N would run N steps from it)"
+    return "SFT warm start: none (sft.steps=0)" if steps == 0 else None
 
 
 def _engine_dtype(config: RunConfig) -> torch.dtype:
@@ -186,7 +200,7 @@ def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Pa
     check_sinks(config)
     saved = load_progress(run_dir)  # read and check everything first: a failed resume changes nothing
     cuts = plan_rewind(run_dir, saved)
-    model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok)
+    model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)
     rewind_files(run_dir, cuts)
     if saved is None:
