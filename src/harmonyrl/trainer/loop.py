@@ -33,15 +33,12 @@ from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.setup import (
     check_engine_kernel,
-    check_sinks,
     held_out_eval,
     load_for,
     make_engine,
     make_factory,
-    make_model,
     open_run,
     open_sinks,
-    prepare_run_dir,
     rl_start_model,
     setup_process,
     with_faults,
@@ -99,16 +96,17 @@ async def run_sft(
     progress.stop()
 
 
-async def train(config: RunConfig, console: Console, resume: bool = False) -> TrainResult:
+async def train(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> TrainResult:
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
-    ``output_dir/run_name`` from its last checkpoint, losing no completed step."""
+    ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
+    earlier run folder of that name."""
     t_start = time.perf_counter()
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    run_dir, model, saved = open_run(config, tok, resume)
+    run_dir, model, saved = open_run(config, tok, resume, overwrite)
     sink = open_sinks(config, run_dir)
-    progress = StepProgress(console)
+    progress = StepProgress(console, config.telemetry.progress_every_s)
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
@@ -127,7 +125,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
     r = config.rollout
     engine, limits = make_engine(config, model)
     held_out = held_out_eval(config, engine, factory, tok, limits)
-    before = saved_eval(run_dir) if in_rl else await held_out()
+    before = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     if not in_rl:
         sink.write(0, before, "eval")
     console.print(
@@ -183,7 +181,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
             "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
         }
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
-            metrics |= await held_out()
+            metrics |= await progress.during("eval", f"held-out at step {step + 1}", held_out())
         sink.write(step + 1, metrics, "rl")
         save_progress(run_dir, model, "rl", step + 1, learner.optimizer, learner=learner.extra_state())
         progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
@@ -195,7 +193,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False) -> Tr
     save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {})
 
     # 4. held-out evaluation of the trained policy
-    after = await held_out()
+    after = await progress.during("eval", "held-out after RL", held_out())
     sink.write(config.rl.steps, after, "eval")
     await engine.close()
     sink.close()
@@ -236,16 +234,24 @@ def write_summary(result: TrainResult) -> None:
     (result.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
-async def sft_only(config: RunConfig, console: Console) -> Path:
-    """``harmonyrl sft``: warm start only; returns the checkpoint folder."""
+async def sft_only(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> Path:
+    """``harmonyrl sft``: warm start only; returns the checkpoint folder. Resumable like ``train``: progress
+    is saved every ``sft.checkpoint_every`` steps, and ``resume`` continues from there, bit for bit."""
     setup_process(config.seed, config.threads)
+    done = config.output_dir / str(config.run_name) / "checkpoints" / "sft"
+    if resume and (done / "config.json").is_file():  # written once, after the last step
+        console.print(f"'{done.parent.parent}' finished its warm start already: nothing to resume")
+        return done
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    model = make_model(config, tok)
-    check_sinks(config)
-    run_dir = prepare_run_dir(config)
+    run_dir, model, saved = open_run(config, tok, resume, overwrite)
+    if saved is not None and saved.phase != "sft":
+        raise CheckpointError(f"'{run_dir}' is past its warm start: continue it with harmonyrl train --resume")
+    if saved is not None:
+        console.print(f"run folder [bold]{run_dir}[/]  resuming after sft step {saved.step}")
     sink = open_sinks(config, run_dir)
-    await run_sft(model, tok, factory, config, sink, StepProgress(console))
+    progress = StepProgress(console, config.telemetry.progress_every_s)
+    await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
     sink.close()
     return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {})
 
@@ -259,7 +265,8 @@ async def eval_only(config: RunConfig, checkpoint: Path, console: Console) -> di
     check_engine_kernel(config, model)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)
-    with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):
-        metrics = await held_out_eval(config, engine, factory, tok, limits)()
+    progress = StepProgress(console, config.telemetry.progress_every_s)
+    detail = f"evaluating on {config.eval.n_tasks} held-out tasks"
+    metrics = await progress.during("eval", detail, held_out_eval(config, engine, factory, tok, limits)())
     await engine.close()
     return metrics
