@@ -169,19 +169,24 @@ def check_env_cmd(
     ],
     tasks: Annotated[int, typer.Option(min=1, help="Tasks to drive scripted episodes through.")] = 5,
 ) -> None:
-    """Check a user environment against the contract the rollout layer relies on; exit 1 on any issue."""
-    from harmonyrl.envs.checker import check_env, load_factory
+    """Check a user environment against the contract the rollout layer relies on; exit 1 on any error
+    (warnings, e.g. a tool without a description, are shown but do not fail it)."""
+    from rich.markup import escape
+
+    from harmonyrl.envs.checker import check_target, errors
 
     try:
-        make = load_factory(target)
-        issues = check_env(make(), n_tasks=tasks, rebuild=make)
+        issues = check_target(target, n_tasks=tasks)
     except (ValueError, ImportError) as e:
         raise _fail(str(e)) from None
     for issue in issues:
-        console.print(f"[red]✗[/] {issue}", highlight=False)
-    if issues:
+        mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
+        console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)
+    if errors(issues):
         raise typer.Exit(code=1)
-    console.print(f"[green]✓[/] {target}: environment contract OK ({tasks} tasks)")
+    warned = len(issues)
+    note = f", {warned} warning{'s' * (warned > 1)}" if warned else ""
+    console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({tasks} tasks{note})", soft_wrap=True)
 
 
 @app.command(name="check-checkpoint")
