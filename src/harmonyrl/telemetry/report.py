@@ -2,8 +2,9 @@
 
 The page is a single file, ``RUN_DIR/report/index.html``, with the plots embedded as base64 data URIs, so it
 can be mailed, attached to an issue or opened from a copied folder with nothing else; no other file is
-written (a plot can be saved from the browser). It holds no script and loads nothing from the network. Every string that came from the run (config,
-episode text, tool output, task ids) is HTML-escaped: model output is untrusted text.
+written (a plot can be saved from the browser). It holds no script and loads nothing from the network. Every
+string that came from the run (config, episode text, tool output, task ids) is HTML-escaped: model output is
+untrusted text.
 
 It reads only the run folder: ``metrics.jsonl`` (required), ``config.yaml``, ``summary.json`` and
 ``rollouts/*.jsonl`` (optional). User mistakes — not a run folder, a corrupt metrics file — are a
