@@ -89,7 +89,7 @@ def _tool_warnings(spec: ToolSpec) -> list[str]:
     found = []
     if not spec.description.strip():
         found.append(f"tool {spec.name!r} has no description (no docstring): the model sees only its name")
-    props = spec.parameters.get("properties")
+    props = spec.parameters.get("properties") if isinstance(spec.parameters, dict) else None
     if isinstance(props, dict):
         bare = [name for name, p in props.items() if not (isinstance(p, dict) and p.get("description"))]
         if bare:
@@ -235,8 +235,17 @@ def check_target(target: str, n_tasks: int = 5) -> list[CheckIssue]:
 
 
 def _where(error: BaseException) -> str:
-    """`` (file:line)`` of the innermost frame outside harmonyrl: where the user's code failed."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if "harmonyrl" not in Path(f.filename).parts]
+    """`` (file:line)`` of the innermost frame outside this package, the standard library and installed
+    packages: where the user's code failed."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    skip = {Path(__file__).resolve().parents[1], *(Path(paths[k]).resolve() for k in ("stdlib", "purelib", "platlib"))}
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if Path(f.filename).is_file() and not skip & set(Path(f.filename).resolve().parents)
+    ]
     return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
