@@ -71,29 +71,41 @@ def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
         raise _fail(str(e)) from None
 
 
+ResumeOpt = Annotated[Path | None, typer.Option("--resume", help="Continue this run folder from its last checkpoint.")]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Replace an earlier run folder of the same name (deletes it).")
+]
+
+
+def _run_config(config: Path | None, overrides: list[str] | None, resume: Path | None, overwrite: bool) -> RunConfig:
+    """The config of a run: the resumed run's own ``config.yaml``, else the given one with the run name fixed
+    now (so that a run that fails before its first step can be cleaned up by name)."""
+    from harmonyrl.trainer.run_folder import default_run_name
+
+    if resume is None:
+        cfg = _config(config, overrides)
+        return cfg if cfg.run_name else _config(config, [*(overrides or []), f"run_name={default_run_name()}"])
+    if config is not None or overrides or overwrite:
+        raise _fail("--resume takes the run's own config.yaml; do not pass --config, overrides or --overwrite")
+    if not (resume / "config.yaml").is_file():
+        raise _fail(f"cannot resume '{resume}': it is not a run folder (no config.yaml)")
+    return _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
+
+
 @app.command()
 def train(
-    config: ConfigOpt = None,
-    overrides: OverridesArg = None,
-    resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue this run folder from its last checkpoint.")
-    ] = None,
+    config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
 ) -> None:
     """SFT warm start, then RL on the environment, with held-out evaluation before and after."""
-    if resume is not None:
-        if config is not None or overrides:
-            raise _fail("--resume takes the run's own config.yaml; do not pass --config or overrides")
-        if not (resume / "config.yaml").is_file():
-            raise _fail(f"cannot resume '{resume}': it is not a run folder (no config.yaml)")
-        cfg = _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
-    else:
-        cfg = _config(config, overrides)
+    cfg = _run_config(config, overrides, resume, overwrite)
     from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
     from harmonyrl.trainer.run_errors import RunFolderError
+    from harmonyrl.trainer.run_folder import discard_if_unstarted
 
     try:
-        asyncio.run(run_train(cfg, console, resume=resume is not None))
+        with discard_if_unstarted(cfg.output_dir / str(cfg.run_name)):
+            asyncio.run(run_train(cfg, console, resume=resume is not None, overwrite=overwrite))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     except (RunFolderError, FaultBreakerTripped) as e:
@@ -103,15 +115,22 @@ def train(
 
 
 @app.command()
-def sft(config: ConfigOpt = None, overrides: OverridesArg = None) -> None:
+def sft(
+    config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
+) -> None:
     """Supervised warm start only; writes RUN/checkpoints/sft for `train model.init_from=...`."""
-    cfg = _config(config, overrides)
+    cfg = _run_config(config, overrides, resume, overwrite)
     from harmonyrl.trainer.loop import sft_only
+    from harmonyrl.trainer.run_errors import RunFolderError
+    from harmonyrl.trainer.run_folder import discard_if_unstarted
 
     try:
-        path = asyncio.run(sft_only(cfg, console))
+        with discard_if_unstarted(cfg.output_dir / str(cfg.run_name)):
+            path = asyncio.run(sft_only(cfg, console, resume=resume is not None, overwrite=overwrite))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
+    except RunFolderError as e:
+        raise _fail(str(e), code=1) from None
     except Exception as e:
         raise _run_failed(e) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
@@ -194,19 +213,24 @@ def check_env_cmd(
     ],
     tasks: Annotated[int, typer.Option(min=1, help="Tasks to drive scripted episodes through.")] = 5,
 ) -> None:
-    """Check a user environment against the contract the rollout layer relies on; exit 1 on any issue."""
-    from harmonyrl.envs.checker import check_env, load_factory
+    """Check a user environment against the contract the rollout layer relies on; exit 1 on any error
+    (warnings, e.g. a tool without a description, are shown but do not fail it)."""
+    from rich.markup import escape
+
+    from harmonyrl.envs.checker import check_target, errors
 
     try:
-        make = load_factory(target)
-        issues = check_env(make(), n_tasks=tasks, rebuild=make)
+        issues = check_target(target, n_tasks=tasks)
     except (ValueError, ImportError) as e:
         raise _fail(str(e)) from None
     for issue in issues:
-        console.print(f"[red]✗[/] {issue}", highlight=False)
-    if issues:
+        mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
+        console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)
+    if errors(issues):
         raise typer.Exit(code=1)
-    console.print(f"[green]✓[/] {target}: environment contract OK ({tasks} tasks)")
+    warned = len(issues)
+    note = f", {warned} warning{'s' * (warned > 1)}" if warned else ""
+    console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({tasks} tasks{note})", soft_wrap=True)
 
 
 @app.command(name="check-checkpoint")

@@ -170,6 +170,10 @@ class TelemetryConfig(Frozen):
     record_rollouts: bool = True
     """Store every RL step's episodes token for token in ``rollouts/step_NNNNN.parquet`` (for
     ``harmonyrl replay`` / ``show``): ids, loss mask, sampler log-probs, rewards, turns, failures."""
+    progress_every_s: float = Field(15.0, ge=0, le=3600)
+    """Without a terminal (``nohup … > log``, CI, a pipe): print a plain progress line (step/total, latest
+    figures, elapsed, ETA) at most every this many seconds, and at each phase change (0: every step). On a
+    terminal a live bar is shown instead."""
 
 
 class FaultInjectionConfig(Frozen):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -61,18 +62,23 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_report(write_synthetic_run(tmp_path_factory.mktemp("r") / "run"))
 
 
-def test_writes_one_png_per_plot_and_embeds_them(report: Path) -> None:
+def _embedded(page: str) -> dict[str, bytes]:
+    """The page's plots: section id → the PNG embedded in it."""
+    found = re.findall(r'<section id="([\w-]+)">.*?<img alt="[^"]*" src="data:image/png;base64,([^"]+)"', page)
+    return {slug: base64.b64decode(data, validate=True) for slug, data in found}
+
+
+def test_embeds_one_png_per_plot_and_writes_nothing_else(report: Path) -> None:
     assert report.name == "index.html" and report.parent.name == "report"
-    pngs = sorted(report.parent.glob("*.png"))
-    assert len(pngs) == len(ALL_TITLES)
+    assert [p.name for p in report.parent.iterdir()] == ["index.html"]  # self-contained: one file
     page = report.read_text()
-    for png in pngs:
-        data = png.read_bytes()
-        assert data.startswith(PNG_MAGIC) and len(data) > 8_000, png.name
-        pixels = _pixels(png)
-        assert pixels.shape[1] >= 700 and not _is_blank(pixels), png.name
-        assert base64.b64encode(data).decode() in page, f"{png.name} not embedded"
-    assert 'src="http' not in page and "<link" not in page  # nothing to fetch: self-contained
+    plots = _embedded(page)
+    assert len(plots) == len(ALL_TITLES) == page.count("<img ")
+    for slug, data in plots.items():
+        assert data.startswith(PNG_MAGIC) and len(data) > 8_000, slug
+        pixels = _pixels(data)
+        assert pixels.shape[1] >= 700 and not _is_blank(pixels), slug
+    assert 'src="http' not in page and "<link" not in page  # nothing to fetch
 
 
 def test_escapes_everything_from_the_run(report: Path) -> None:
@@ -147,20 +153,20 @@ def _small_run(run: Path, *extra: dict[str, object]) -> Path:
 def test_short_run_skips_missing_metrics_gracefully(tmp_path: Path) -> None:
     run = _small_run(tmp_path / "quick")
     page = write_report(run).read_text()
-    assert {p.stem for p in (run / "report").glob("*.png")} == {"reward", "sft", "time"}
+    assert set(_embedded(page)) == {"reward", "sft", "time"}
     assert "No environment failures in 1 recorded RL steps." in page
     assert "Not recorded in this run: KL divergence" in page
     assert "No episodes recorded" in page
     assert "Run report: quick" in page  # no config.yaml: the folder name
 
 
-def test_rerun_removes_plots_that_no_longer_apply(tmp_path: Path) -> None:
+def test_rerun_drops_plots_that_no_longer_apply_and_old_png_files(tmp_path: Path) -> None:
     run = _small_run(tmp_path / "run", {"step": 2, "phase": "rl", "train/entropy": 1.0})
-    write_report(run)
-    assert (run / "report" / "entropy.png").exists()
+    assert "entropy" in _embedded(write_report(run).read_text())
+    (run / "report" / "entropy.png").write_bytes(PNG_MAGIC)  # as an earlier version wrote them
     (run / "metrics.jsonl").write_text('{"step": 0, "phase": "sft", "sft/loss": 1.0}\n')
-    write_report(run)
-    assert [p.name for p in (run / "report").glob("*.png")] == ["sft.png"]
+    assert list(_embedded(write_report(run).read_text())) == ["sft"]
+    assert [p.name for p in (run / "report").iterdir()] == ["index.html"]
 
 
 def test_cut_off_last_line_is_reported_not_fatal(tmp_path: Path) -> None:

@@ -7,18 +7,29 @@ relies on, as a list of issues rather than the first exception, so one run shows
 * determinism: a second factory from ``rebuild`` yields identical tasks;
 * API shape: ``reset`` returns messages, ``step`` returns a ``StepResult``, tools have object JSON schemas;
 * semantics: a ``final`` answer terminates, never terminated *and* truncated, rewards finite in [0, 1],
-  ``info`` values are floats, a malformed tool call is an observation (model fault), not a crash or failure.
+  ``info`` values are floats, a malformed tool call is an observation (model fault), not a crash or failure;
+* ``reset``/``step``/``close`` are ``async def`` (the rollout awaits them).
+
+An issue found for several tasks is reported once, with how many tasks share it. Warnings (a tool or a
+parameter the model sees no description of) are listed but do not fail the check.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
+import os
+import sys
+import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
 
-from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.base import Env, EnvFactory
+from harmonyrl.envs.tools import ToolSchemaError
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 
@@ -27,10 +38,29 @@ class CheckIssue:
     check: str
     detail: str
     task_id: str | None = None
+    severity: Literal["error", "warning"] = "error"
+    also: int = 0
+    """How many more tasks had the same issue (reported once)."""
 
     def __str__(self) -> str:
-        where = f" [{self.task_id}]" if self.task_id else ""
+        more = f" and {self.also} more task{'s' * (self.also > 1)}" if self.also else ""
+        where = f" [{self.task_id}{more}]" if self.task_id else ""
         return f"{self.check}{where}: {self.detail}"
+
+
+def errors(issues: Sequence[CheckIssue]) -> list[CheckIssue]:
+    """The issues that fail the check (warnings left out)."""
+    return [i for i in issues if i.severity == "error"]
+
+
+def dedupe(issues: Sequence[CheckIssue]) -> list[CheckIssue]:
+    """One issue per (check, detail, severity), in first-seen order, counting the other tasks that had it."""
+    seen: dict[tuple[str, str, str], CheckIssue] = {}
+    for issue in issues:
+        key = (issue.check, issue.detail, issue.severity)
+        first = seen.get(key)
+        seen[key] = issue if first is None else replace(first, also=first.also + 1)
+    return list(seen.values())
 
 
 def _check_splits(factory: EnvFactory, rebuild: Callable[[], EnvFactory] | None) -> list[CheckIssue]:
@@ -52,6 +82,20 @@ def _check_splits(factory: EnvFactory, rebuild: Callable[[], EnvFactory] | None)
         if any(list(again.tasks(s)) != tasks for s, tasks in splits.items()):
             issues.append(CheckIssue("determinism", "rebuilding the factory gave different tasks"))
     return issues
+
+
+def _tool_warnings(spec: ToolSpec) -> list[str]:
+    """What the model will not be told: a tool without a description, parameters without one."""
+    found = []
+    if not spec.description.strip():
+        found.append(f"tool {spec.name!r} has no description (no docstring): the model sees only its name")
+    props = spec.parameters.get("properties") if isinstance(spec.parameters, dict) else None
+    if isinstance(props, dict):
+        bare = [name for name, p in props.items() if not (isinstance(p, dict) and p.get("description"))]
+        if bare:
+            names = ", ".join(map(repr, bare))
+            found.append(f"tool {spec.name!r}: parameter(s) {names} have no description (add an Args: section)")
+    return found
 
 
 def _check_tool_spec(spec: object) -> str | None:
@@ -85,6 +129,15 @@ def _check_result(result: object, what: str) -> list[str]:
     return problems
 
 
+def _not_async(env: object) -> list[str]:
+    """``reset``/``step``/``close`` that are plain functions: awaiting their result fails in the rollout."""
+    return [
+        f"{name}() must be `async def` (the rollout awaits it)"
+        for name in ("reset", "step", "close")
+        if callable(method := getattr(env, name, None)) and not inspect.iscoroutinefunction(method)
+    ]
+
+
 async def _episode(
     factory: EnvFactory, task: Task, action: Sequence[Message], label: str
 ) -> tuple[StepResult | None, list[str]]:
@@ -104,12 +157,21 @@ async def _episode(
     return (result if isinstance(result, StepResult) else None), problems
 
 
-async def _check_task(factory: EnvFactory, task: Task) -> list[str]:
-    problems: list[str] = []
+async def _check_task(factory: EnvFactory, task: Task) -> list[CheckIssue]:
     env = factory.make(task)
+    specs = [spec for spec in env.tools if isinstance(spec, ToolSpec)]
+    warnings = [CheckIssue("tools", w, task.id, "warning") for spec in specs for w in _tool_warnings(spec)]
+    # with a sync method every episode below would fail the same way: say why, once
+    problems = _not_async(env) or await _check_episodes(factory, task, env)
+    return [CheckIssue("episode", p, task.id) for p in problems] + warnings
+
+
+async def _check_episodes(factory: EnvFactory, task: Task, env: Env) -> list[str]:
+    problems: list[str] = []
     if not isinstance(env.instructions, str):
         problems.append("instructions must be a str")
-    problems += [p for spec in env.tools if (p := _check_tool_spec(spec))]
+    tools = list(env.tools)
+    problems += [p for spec in tools if (p := _check_tool_spec(spec))]
     await env.close()
     rewards = []
     for label, content in (("correct final", task.answer), ("wrong final", "\x00 not an answer \x00")):
@@ -120,7 +182,7 @@ async def _check_task(factory: EnvFactory, task: Task) -> list[str]:
         rewards.append(result.reward if result is not None else 0.0)
     if rewards[0] < rewards[1]:
         problems.append("Task.answer as the final answer scores lower than garbage")
-    for spec in env.tools:
+    for spec in tools:
         label = f"bad call to {spec.name}"
         call = Message("assistant", "{not json", channel="commentary", recipient=f"functions.{spec.name}")
         result, found = await _episode(factory, task, [call], label)
@@ -141,21 +203,55 @@ async def acheck_env(
         return [CheckIssue("splits", f"raised {type(e).__name__}: {e}")]
     for task in tasks:
         try:
-            issues += [CheckIssue("episode", p, task.id) for p in await _check_task(factory, task)]
+            issues += await _check_task(factory, task)
         except Exception as e:
             issues.append(CheckIssue("episode", f"raised {type(e).__name__}: {e}", task.id))
-    return issues
+    return dedupe(issues)
 
 
 def check_env(
     factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
 ) -> list[CheckIssue]:
-    """Issues found (empty list = OK). ``rebuild`` makes a fresh factory with the same config."""
+    """Issues found, errors and warnings (empty list = clean; :func:`errors` = what fails the check).
+    ``rebuild`` makes a fresh factory with the same config."""
     return asyncio.run(acheck_env(factory, n_tasks, rebuild))
 
 
+def check_target(target: str, n_tasks: int = 5) -> list[CheckIssue]:
+    """:func:`check_env` on ``MODULE:FACTORY`` or ``FILE.py:FACTORY``. A malformed target, a missing file,
+    module or attribute raise ``ValueError`` / ``ImportError`` (one-line messages); the user's code failing
+    while it is imported or while the factory is built (a tool whose schema cannot be derived, any other
+    exception) is an issue, reported like the others."""
+    try:
+        make = load_factory(target)
+        factory = make()
+    except ToolSchemaError as e:
+        return [CheckIssue("tools", str(e))]
+    except (ValueError, ImportError):
+        raise
+    except Exception as e:
+        return [CheckIssue("load", f"building {target} raised {type(e).__name__}: {e}{_where(e)}")]
+    return check_env(factory, n_tasks, rebuild=make)
+
+
+def _where(error: BaseException) -> str:
+    """`` (file:line)`` of the innermost frame outside this package, the standard library and installed
+    packages: where the user's code failed."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    skip = {Path(__file__).resolve().parents[1], *(Path(paths[k]).resolve() for k in ("stdlib", "purelib", "platlib"))}
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if Path(f.filename).is_file() and not skip & set(Path(f.filename).resolve().parents)
+    ]
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
 def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None) -> None:
-    issues = check_env(factory, n_tasks, rebuild)
+    """Raise ``AssertionError`` listing the errors, if any (warnings do not fail it)."""
+    issues = errors(check_env(factory, n_tasks, rebuild))
     if issues:
         raise AssertionError("env check failed:\n" + "\n".join(f"  - {i}" for i in issues))
 
@@ -164,11 +260,11 @@ def load_factory(target: str) -> Callable[[], EnvFactory]:
     """``"pkg.module:Factory"`` or ``"path/to/env.py:Factory"`` → the zero-argument factory callable.
 
     Raises ``ValueError`` / ``ImportError`` with a one-line message for a malformed target, a missing file or
-    module, or a missing attribute.
+    module, or a missing attribute. Imports resolve as with ``python -m MODULE`` (the working directory
+    first) and ``python FILE.py`` (the file's folder first), so no ``PYTHONPATH`` is needed.
     """
     import importlib
     import importlib.util
-    from pathlib import Path
 
     module_part, sep, attr = target.rpartition(":")
     if not sep or not module_part or not attr:
@@ -177,12 +273,14 @@ def load_factory(target: str) -> Callable[[], EnvFactory]:
         path = Path(module_part)
         if not path.is_file():
             raise ValueError(f"no such file: '{path}'")
+        _first_on_path(str(path.resolve().parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot load '{path}' as a Python module")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
+        _first_on_path(os.getcwd())
         try:
             module = importlib.import_module(module_part)
         except ImportError as e:  # name the target: the bare "No module named 'x'" does not say who asked
@@ -191,3 +289,8 @@ def load_factory(target: str) -> Callable[[], EnvFactory]:
     if not callable(factory):
         raise ValueError(f"'{module_part}' has no callable '{attr}'")
     return factory
+
+
+def _first_on_path(folder: str) -> None:
+    if folder not in sys.path and not (folder == os.getcwd() and "" in sys.path):
+        sys.path.insert(0, folder)

@@ -149,17 +149,42 @@ def _strip_titles(schema: object, in_properties: bool = False) -> object:
     return {k: _strip_titles(v, in_properties=k in ("properties", "$defs")) for k, v in schema.items() if k != "title"}
 
 
+class ToolSchemaError(TypeError):
+    """A function that cannot be a tool: the JSON schema the model reads cannot be derived from its signature.
+    The message is one line naming the tool and the parameter."""
+
+
 def _arguments_model(fn: Callable[..., object], docs: dict[str, str]) -> type[pydantic.BaseModel]:
-    hints = inspect.get_annotations(fn, eval_str=True)
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except NameError as e:  # a string annotation naming something not importable where ``fn`` was defined
+        raise ToolSchemaError(f"tool {fn.__name__!r}: cannot resolve its type annotations ({e})") from e
     fields: dict[str, Any] = {}
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-            raise TypeError(f"tool {fn.__name__}: parameter {p.name!r} must be a named keyword argument")
+            raise ToolSchemaError(f"tool {fn.__name__!r}: parameter {p.name!r} must be a named keyword argument")
         if p.name not in hints:
-            raise TypeError(f"tool {fn.__name__}: parameter {p.name!r} needs a type annotation")
+            raise ToolSchemaError(
+                f"tool {fn.__name__!r}: parameter {p.name!r} needs a type annotation (its JSON schema comes from it)"
+            )
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints[p.name], pydantic.Field(default, description=docs.get(p.name)))
     return pydantic.create_model(f"{fn.__name__}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
+
+
+def _schema_error(fn: Callable[..., object], error: Exception) -> ToolSchemaError:
+    """Name the parameter whose annotation pydantic cannot turn into a JSON schema (only on failure: slow)."""
+    hints = inspect.get_annotations(fn, eval_str=True)
+    for name in inspect.signature(fn).parameters:
+        try:
+            pydantic.TypeAdapter(hints[name]).json_schema()
+        except Exception:
+            shown = getattr(hints[name], "__name__", repr(hints[name]))
+            return ToolSchemaError(
+                f"tool {fn.__name__!r}: parameter {name!r}: type {shown!r} has no JSON schema "
+                "(use str, int, float, bool, Literal, lists, dicts or pydantic models)"
+            )
+    return ToolSchemaError(f"tool {fn.__name__!r}: no JSON schema: {str(error).splitlines()[0]}")
 
 
 class _Raised(NamedTuple):
@@ -183,8 +208,13 @@ class Tool:
         if timeout_s <= 0 or max_output_chars <= 0:
             raise ValueError("timeout_s and max_output_chars must be positive")
         description, docs = parse_docstring(fn.__doc__)
-        model = _arguments_model(fn, docs)
-        schema = cast(dict[str, object], _strip_titles(model.model_json_schema()))
+        try:
+            model = _arguments_model(fn, docs)
+            schema = cast(dict[str, object], _strip_titles(model.model_json_schema()))
+        except ToolSchemaError:
+            raise
+        except (pydantic.PydanticUserError, pydantic_core.SchemaError, TypeError) as e:
+            raise _schema_error(fn, e) from e
         return cls(fn.__name__, description, schema, fn, model, timeout_s, max_output_chars)
 
     @property

@@ -1,9 +1,10 @@
-"""``harmonyrl report RUN_DIR``: one self-contained HTML page (plus the PNGs beside it) that tells a run's story.
+"""``harmonyrl report RUN_DIR``: one self-contained HTML page that tells a run's story.
 
-The page is a single file with the plots embedded as base64 data URIs, so it can be mailed, attached to an
-issue or opened from a copied folder with nothing else; the PNGs are also written next to it for slides and
-diffs. It holds no script and loads nothing from the network. Every string that came from the run (config,
-episode text, tool output, task ids) is HTML-escaped: model output is untrusted text.
+The page is a single file, ``RUN_DIR/report/index.html``, with the plots embedded as base64 data URIs, so it
+can be mailed, attached to an issue or opened from a copied folder with nothing else; no other file is
+written (a plot can be saved from the browser). It holds no script and loads nothing from the network. Every
+string that came from the run (config, episode text, tool output, task ids) is HTML-escaped: model output is
+untrusted text.
 
 It reads only the run folder: ``metrics.jsonl`` (required), ``config.yaml``, ``summary.json`` and
 ``rollouts/*.jsonl`` (optional). User mistakes — not a run folder, a corrupt metrics file — are a
@@ -254,7 +255,7 @@ def render_html(
 
 
 def write_report(run_dir: Path, max_episodes: int = 8) -> Path:
-    """Write ``RUN_DIR/report/index.html`` and one PNG per plot beside it; return the HTML path.
+    """Write ``RUN_DIR/report/index.html``, plots embedded, and nothing else; return the HTML path.
 
     Raises :class:`ReportError` for a missing run folder, a missing/empty/corrupt ``metrics.jsonl`` or a
     corrupt rollouts file. The HTML is written to a temporary file and renamed, so a failure never leaves a
@@ -269,9 +270,7 @@ def write_report(run_dir: Path, max_episodes: int = 8) -> Path:
     plots, skipped = build_plots(series)
     out = run_dir / "report"
     out.mkdir(exist_ok=True)
-    for plot in plots:
-        (out / f"{plot.slug}.png").write_bytes(plot.png)
-    for stale in set(ORDER) - {p.slug for p in plots}:
+    for stale in ORDER:  # PNGs an earlier version wrote beside the page: the page no longer refers to them
         (out / f"{stale}.png").unlink(missing_ok=True)
     page = out / "index.html"
     tmp = out / "index.html.tmp"

@@ -36,16 +36,13 @@ from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
     check_engine_kernel,
-    check_sinks,
     held_out_eval,
     held_out_tasks,
     load_for,
     make_engine,
     make_factory,
-    make_model,
     open_run,
     open_sinks,
-    prepare_run_dir,
     rl_start_model,
     setup_process,
     sft_plan,
@@ -106,15 +103,16 @@ async def run_sft(
     progress.stop()
 
 
-async def train(config: RunConfig, console: Console, resume: bool = False) -> TrainResult:
+async def train(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> TrainResult:
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
-    ``output_dir/run_name`` from its last checkpoint, losing no completed step."""
+    ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
+    earlier run folder of that name."""
     t_start = time.perf_counter()
     setup_process(config.seed, config.threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
-    run_dir, model, saved = open_run(config, tok, resume)
+    run_dir, model, saved = open_run(config, tok, resume, overwrite)
     with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
         return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved)
 
@@ -131,7 +129,7 @@ async def _train_in(
 ) -> TrainResult:
     """``train`` once its run folder is open: everything that writes to it."""
     sink = open_sinks(config, run_dir)
-    progress = StepProgress(console)
+    progress = StepProgress(console, config.telemetry.progress_every_s)
     files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
@@ -153,7 +151,7 @@ async def _train_in(
     r = config.rollout
     engine, limits = make_engine(config, model)
     held_out = held_out_eval(config, engine, factory, tok, limits)
-    before = saved_eval(run_dir) if in_rl else await held_out()
+    before = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     if not in_rl:
         sink.write(0, before, "eval")
     console.print(
@@ -215,7 +213,7 @@ async def _train_in(
             "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
         }
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
-            metrics |= await held_out()
+            metrics |= await progress.during("eval", f"held-out at step {step + 1}", held_out())
         sink.write(step + 1, metrics, "rl")
         save_progress(
             run_dir,
@@ -241,7 +239,7 @@ async def _train_in(
     save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {}, files)
 
     # 4. held-out evaluation of the trained policy
-    after = await held_out()
+    after = await progress.during("eval", "held-out after RL", held_out())
     sink.write(config.rl.steps, after, "eval")
     await engine.close()
     sink.close()
@@ -282,20 +280,29 @@ def write_summary(result: TrainResult) -> None:
     (result.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
-async def sft_only(config: RunConfig, console: Console) -> Path:
-    """``harmonyrl sft``: warm start only; returns the checkpoint folder."""
+async def sft_only(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> Path:
+    """``harmonyrl sft``: warm start only; returns the checkpoint folder. Resumable like ``train``: progress
+    is saved every ``sft.checkpoint_every`` steps, and ``resume`` continues from there, bit for bit."""
     setup_process(config.seed, config.threads)
+    done = config.output_dir / str(config.run_name) / "checkpoints" / "sft"
+    if resume and (done / "config.json").is_file():  # written once, after the last step
+        console.print(f"'{done.parent.parent}' finished its warm start already: nothing to resume")
+        return done
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    model = make_model(config, tok)
-    check_sinks(config)
-    run_dir = prepare_run_dir(config)
-    sink = open_sinks(config, run_dir)
-    if (plan := sft_plan(config)) is not None:
-        console.print(plan, highlight=False, soft_wrap=True)
-    await run_sft(model, tok, factory, config, sink, StepProgress(console))
-    sink.close()
-    return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
+    run_dir, model, saved = open_run(config, tok, resume, overwrite)
+    if saved is not None and saved.phase != "sft":
+        raise CheckpointError(f"'{run_dir}' is past its warm start: continue it with harmonyrl train --resume")
+    if saved is not None:
+        console.print(f"run folder [bold]{run_dir}[/]  resuming after sft step {saved.step}")
+    with run_failures(run_dir):  # as in ``train``: a full disk is one line, any other error is logged there
+        sink = open_sinks(config, run_dir)
+        if (plan := sft_plan(config)) is not None:
+            console.print(plan, highlight=False, soft_wrap=True)
+        progress = StepProgress(console, config.telemetry.progress_every_s)
+        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
+        sink.close()
+        return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
 
 
 async def eval_only(
@@ -312,7 +319,8 @@ async def eval_only(
         console.print(announce, highlight=False, soft_wrap=True)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = make_engine(config, model)
-    with console.status(f"evaluating on {config.eval.n_tasks} held-out tasks"):
-        metrics = await held_out_eval(config, engine, factory, tok, limits)()
+    progress = StepProgress(console, config.telemetry.progress_every_s)
+    detail = f"evaluating on {config.eval.n_tasks} held-out tasks"
+    metrics = await progress.during("eval", detail, held_out_eval(config, engine, factory, tok, limits)())
     await engine.close()
     return metrics

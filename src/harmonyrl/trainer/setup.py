@@ -27,6 +27,7 @@ from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
+from harmonyrl.trainer.run_folder import clear_for_overwrite
 from harmonyrl.types import Task
 
 
@@ -64,12 +65,18 @@ def open_sinks(config: RunConfig, run_dir: Path) -> MultiSink:
     return MultiSink(sinks)
 
 
-def prepare_run_dir(config: RunConfig) -> Path:
-    """A fresh run folder; refuses to reuse a non-empty one so no earlier run is overwritten."""
+def prepare_run_dir(config: RunConfig, overwrite: bool = False) -> Path:
+    """A fresh run folder; refuses to reuse a non-empty one (unless ``overwrite``: an earlier run folder of that
+    name is deleted first) so no earlier run is lost by mistake."""
     name = config.run_name or time.strftime("%Y%m%d-%H%M%S")
     run_dir = config.output_dir / name
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise FileExistsError(f"run folder '{run_dir}' already exists and is not empty; choose another run_name")
+        if not overwrite:
+            raise FileExistsError(
+                f"run folder '{run_dir}' already exists and is not empty; choose another run_name, "
+                "continue it with --resume or replace it with --overwrite"
+            )
+        clear_for_overwrite(run_dir)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     return run_dir
@@ -183,7 +190,9 @@ def held_out_eval(
     )
 
 
-def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Path, torch.nn.Module, Progress | None]:
+def open_run(
+    config: RunConfig, tok: HarmonyTokenizer, resume: bool, overwrite: bool = False
+) -> tuple[Path, torch.nn.Module, Progress | None]:
     """The run folder, the model to continue with and the saved position (None: start from the beginning).
 
     A fresh run refuses an existing folder; a resume requires one, rewinds its files to the last checkpoint
@@ -193,7 +202,7 @@ def open_run(config: RunConfig, tok: HarmonyTokenizer, resume: bool) -> tuple[Pa
         model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
         check_sinks(config)
         check_engine_kernel(config, model)
-        return prepare_run_dir(config), model, None
+        return prepare_run_dir(config, overwrite), model, None
     run_dir = config.output_dir / str(config.run_name)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"cannot resume '{run_dir}': it is not a run folder (no config.yaml)")
