@@ -56,18 +56,15 @@ process; a strong model under RL that learns that would need a grader in a separ
 from __future__ import annotations
 
 import ast
-import asyncio
 import gzip
 import hashlib
 import io
 import json
 import random
 import re
-import secrets
 import textwrap
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -76,14 +73,13 @@ from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
 from harmonyrl.envs.tools import Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
-from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, run_python
-from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
+from harmonyrl.sandbox import SandboxLimits
+from harmonyrl.tasks.humaneval_grader import Grade, Problem, grade_program
+from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 N_PROBLEMS, N_TEST = 164, 40
 TOOL_LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mib=256, max_processes=16, max_output_bytes=4096)
 GRADER_LIMITS = SandboxLimits(timeout_s=10, cpu_s=10, memory_mib=512, max_processes=16, max_output_bytes=16_384)
-GRADER_SLACK_S = 20.0
-"""Beyond its own wall-clock limit, how long the grader's sandbox may take to start and be reaped."""
 INSTRUCTIONS = (
     "Complete the Python function in the user message. You may try code with the python tool. Then answer on "
     "the final channel with only the code: the body of the function, or the whole function."
@@ -92,15 +88,6 @@ VERBOSE_PREFIX = "Here is the completed function:\n"
 """What a chatty expert writes before its code without a fence: prose is not Python, so it scores 0."""
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 _FLIPS = {"<": ">=", ">": "<=", "<=": ">", ">=": "<", "==": "!=", "!=": "==", "+": "-", "-": "+"}
-
-
-@dataclass(frozen=True)
-class Problem:
-    task_id: str
-    prompt: str
-    entry_point: str
-    canonical_solution: str
-    test: str
 
 
 @cache
@@ -191,76 +178,16 @@ def solution_program(problem: Problem, content: str) -> str | None:
 
 # ---- grading ----------------------------------------------------------------------------------------------
 
-PLAIN_GUARD = """
-def {name}(fn, _type=type, _iter=iter, _items=dict.items, _error=TypeError):
-    atoms = (int, float, str, bool, bytes, complex, _type(None))
-    containers = (list, tuple, set, frozenset)
-
-    def plain(value, depth):
-        kind = _type(value)
-        for atom in atoms:
-            if kind is atom:
-                return
-        if depth > 100:
-            raise _error("the returned value nests deeper than 100 levels")
-        for container in containers:
-            if kind is container:
-                for item in _iter(value):
-                    plain(item, depth + 1)
-                return
-        if kind is dict:
-            for key, item in _items(value):
-                plain(key, depth + 1)
-                plain(item, depth + 1)
-            return
-        raise _error("the function returned a non-builtin object")
-
-    def guarded(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        plain(result, 0)
-        return result
-
-    return guarded
-""".strip()
-"""Defined before the solution under a random name (see "Plain values only" above)."""
-
-
-@dataclass(frozen=True)
-class Grade:
-    """``passed`` if every test passed; ``failure`` (the grader's fault) when nothing is known about the code."""
-
-    passed: bool
-    well_formed: bool
-    status: str
-    failure: Failure | None = None
-
 
 async def grade(
     problem: Problem, content: str, limits: SandboxLimits = GRADER_LIMITS, *, allow_unsafe: bool = False
 ) -> Grade:
-    """Run the problem's tests against the submission in the sandbox (see "Whose fault" above)."""
+    """Grade a ``final`` message: the submission and the tests in separate sandboxes (see "Whose fault")."""
     solution = solution_program(problem, content)
     if solution is None:
         return Grade(False, False, "syntax_error")
-    token, guard = secrets.token_hex(16), f"_plain_{secrets.token_hex(8)}"
-    program = (
-        f"{PLAIN_GUARD.format(name=guard)}\n\n{solution}\n\n{problem.test}\n\n"
-        f"check({guard}({problem.entry_point}))\nprint({token!r})\n"
-    )
-    try:
-        result = await asyncio.wait_for(
-            run_python(program, limits, allow_unsafe=allow_unsafe), limits.timeout_s + GRADER_SLACK_S
-        )
-    except SandboxUnavailable as e:
-        return Grade(False, True, "sandbox_failure", Failure("sandbox_error", f"grader: {e}"[:400]))
-    except TimeoutError:
-        detail = f"grader sandbox did not return within {limits.timeout_s + GRADER_SLACK_S:g} s"
-        return Grade(False, True, "sandbox_failure", Failure("sandbox_error", detail))
-    if result.env_fault:
-        return Grade(False, True, result.status, Failure("sandbox_error", f"grader: {result.stderr}"[:400]))
-    lines = result.stdout.splitlines()
-    passed = result.status == "ok" and bool(lines) and lines[-1] == token
-    return Grade(passed, True, result.status)
+    canonical = f"{problem.prompt}{problem.canonical_solution}"
+    return await grade_program(problem, solution, canonical, limits, allow_unsafe)
 
 
 class HumanEvalEnv:

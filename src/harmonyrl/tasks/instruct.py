@@ -67,6 +67,26 @@ END_PHRASES = ("Is there anything else I can help with?", "That is all.", "Thank
                "Let me know what you think.")  # fmt: skip
 VERBOSE_PREAMBLE = "Sure! Here is my answer:\n"
 _GENERIC_TOPIC = "the subject"
+MIN_WORDS = 8
+"""A response shorter than this (in :func:`~harmonyrl.tasks.constraints.words`) is no response: it scores 0."""
+MIN_DISTINCT_WORDS = 5
+"""...and so is one that repeats fewer different words (``sea sea sea sea sea sea sea sea``)."""
+_FUNCTION_WORDS = frozenset({"a", "an", "the", "at", "of", "in", "on", "to", "for", "and", "my", "your"})
+
+
+def topic_words(topic: str) -> tuple[str, ...]:
+    """The words of a generated topic an answer must mention ("a city at night" → city, night); none for the
+    generic topic of a hand-written request, whose wording is free text."""
+    if topic == _GENERIC_TOPIC:
+        return ()
+    return tuple(w for w in words(topic.lower()) if w not in _FUNCTION_WORDS)
+
+
+def is_response(text: str, topic: str) -> bool:
+    """Whether ``text`` is a response at all (see "What counts as a response" in the module docstring)."""
+    seen = [w.lower() for w in words(text)]
+    distinct = set(seen)
+    return len(seen) >= MIN_WORDS and len(distinct) >= MIN_DISTINCT_WORDS and distinct.issuperset(topic_words(topic))
 
 
 class WriterError(ValueError):
@@ -123,6 +143,8 @@ def write(constraints: Sequence[Constraint], topic: str, rng: random.Random, bro
     t = topic
     fillers = [f.format(t=t, T=t[0].upper() + t[1:]) for f in FILLER]
     rng.shuffle(fillers)
+    topical = next(i for i, f in enumerate(fillers) if t.lower() in f.lower())
+    fillers.insert(0, fillers.pop(topical))  # the first sentence names the topic (see is_response)
     if "forbid_word" in by and broken != "forbid_word":  # a task file may forbid a filler word ("the")
         fillers = [f for f in fillers if by["forbid_word"].holds(f)]
     for pool in (fillers * 2, sorted(fillers, key=lambda s: len(words(s))) * 2):  # repeats only when breaking
@@ -136,7 +158,7 @@ def write(constraints: Sequence[Constraint], topic: str, rng: random.Random, bro
                 break
             body.append(pool[len(body)])
         ok = lo <= count <= hi and len(sentences) >= n_groups
-        if ok and (broken is not None or all(c.holds(text) for c in constraints)):
+        if ok and (broken is not None or (is_response(text, topic) and all(c.holds(text) for c in constraints))):
             return text
     raise WriterError(
         f"the built-in writer found no response of {lo}..{hi} words meeting {[c.phrase_line for c in constraints]}"
@@ -263,6 +285,8 @@ def _file_task(row: object) -> Task:
         raise ValueError('\'constraints\' must be a list of {"kind", "args"} objects')
     constraints = [from_json(c) for c in rows]
     validate(constraints)
+    if any(c.kind == "max_words" and c.n < MIN_WORDS for c in constraints):
+        raise ValueError(f"max_words must be at least {MIN_WORDS}: a shorter answer is not a response")
     prompt = render_prompt(request.strip(), constraints)
     answer = write(constraints, topic_of(request), random.Random(task_key(request, constraints)))
     return Task(task_id, prompt, answer, split)
@@ -305,7 +329,8 @@ class InstructEnv:
 
     def __init__(self, task: Task, weights: RewardWeights, toolbox: Toolbox) -> None:
         self.task = task
-        self.constraints = parse_task(task.prompt)[1]
+        request, self.constraints = parse_task(task.prompt)
+        self._topic = topic_of(request)
         self._weights = weights
         self._episode = ToolTurns(toolbox)  # empty: any tool call is an "unknown tool" observation
 
@@ -326,9 +351,10 @@ class InstructEnv:
             return tool_turn
         answer = final_answer(action)
         on_final = answer is not None
-        met = [c.holds(answer) for c in self.constraints] if answer is not None else []
+        responded = answer is not None and is_response(answer, self._topic)
+        met = [c.holds(answer) for c in self.constraints] if answer is not None and responded else []
         fraction = sum(met) / len(self.constraints)
-        correct = on_final and all(met)
+        correct = responded and all(met)
         turns = float(self._episode.turns)
         terms = {"outcome": float(correct), "format": fraction, "tool_use": 0.0, "step_cost": -turns}
         reward, parts = compose_reward(terms, self._weights.as_dict())
@@ -336,6 +362,7 @@ class InstructEnv:
             "correct": float(correct),
             "constraints_met": fraction,
             "format_error": float(not on_final),
+            "not_a_response": float(on_final and not responded),
             "turns": turns,
             **parts,
         }
