@@ -20,6 +20,17 @@ observation, the model's fault); ``step_cost`` as elsewhere. ``info["constraints
 whatever the weights. Reference responses measure 43 tokens median, 101 at the 95th percentile and 173 at most
 with the shipped tokenizer: raise ``rollout.max_new_tokens`` to ~192 (the default 64 cuts ~20 % of them).
 
+**What counts as a response.** Most constraints are easy to meet by writing almost nothing: the empty answer
+met every constraint of 20 % of the generated tasks (a word maximum, a forbidden word, no commas), ``1``
+is valid JSON, one capital letter is upper case. So before any constraint is checked the answer must be a
+response (:func:`is_response`): at least :data:`MIN_WORDS` words and :data:`MIN_DISTINCT_WORDS` different
+ones, and, for a generated task, every content word of its topic ("a city at night": *city* and *night*),
+all counted after leaving out any run of words that copies a whole line of the prompt (echoing the
+instructions is not writing). An answer that is not a response scores 0 on every term, partial credit
+included, and logs ``info["not_a_response"]``. For a task-file request (free text) only the length rules
+apply, and a ``max_words`` below :data:`MIN_WORDS` is refused when the file is read. Not checked: that the
+words make sense together (a keyword salad about the topic that meets the constraints scores 1).
+
 Splits: the canonical key is the request, the topic and the *set* of constraint lines, so reordering the
 constraints cannot carry a held-out task into train (:func:`~harmonyrl.envs.taskfile.draw_splits`).
 
@@ -82,11 +93,28 @@ def topic_words(topic: str) -> tuple[str, ...]:
     return tuple(w for w in words(topic.lower()) if w not in _FUNCTION_WORDS)
 
 
-def is_response(text: str, topic: str) -> bool:
-    """Whether ``text`` is a response at all (see "What counts as a response" in the module docstring)."""
-    seen = [w.lower() for w in words(text)]
+def is_response(text: str, topic: str, prompt: str = "") -> bool:
+    """Whether ``text`` is a response at all (see "What counts as a response" in the module docstring).
+
+    Runs of words that copy a whole line of ``prompt`` (the request or a constraint) are left out first:
+    echoing the instructions is not writing about the topic.
+    """
+    lines = [[w.lower() for w in words(line)] for line in prompt.split("\n")]
+    seen = _without([w.lower() for w in words(text)], [line for line in lines if line])
     distinct = set(seen)
     return len(seen) >= MIN_WORDS and len(distinct) >= MIN_DISTINCT_WORDS and distinct.issuperset(topic_words(topic))
+
+
+def _without(seq: list[str], runs: list[list[str]]) -> list[str]:
+    """``seq`` minus every occurrence of any of ``runs`` (left to right, first run that matches)."""
+    out: list[str] = []
+    i = 0
+    while i < len(seq):
+        run = next((r for r in runs if seq[i : i + len(r)] == r), None)
+        if run is None:
+            out.append(seq[i])
+        i += len(run) if run else 1
+    return out
 
 
 class WriterError(ValueError):
@@ -351,7 +379,7 @@ class InstructEnv:
             return tool_turn
         answer = final_answer(action)
         on_final = answer is not None
-        responded = answer is not None and is_response(answer, self._topic)
+        responded = answer is not None and is_response(answer, self._topic, self.task.prompt)
         met = [c.holds(answer) for c in self.constraints] if answer is not None and responded else []
         fraction = sum(met) / len(self.constraints)
         correct = responded and all(met)
