@@ -20,9 +20,9 @@ observation, the model's fault); ``step_cost`` as elsewhere. ``info["constraints
 whatever the weights. Reference responses measure 43 tokens median, 101 at the 95th percentile and 173 at most
 with the shipped tokenizer: raise ``rollout.max_new_tokens`` to ~192 (the default 64 cuts ~20 % of them).
 
-**What counts as a response.** Most constraints are easy to meet by writing almost nothing: the empty answer
-met every constraint of 20 % of the generated tasks (a word maximum, a forbidden word, no commas), ``1``
-is valid JSON, one capital letter is upper case. So before any constraint is checked the answer must be a
+**What counts as a response.** Most constraints are easy to meet by writing almost nothing: of the first 2000
+generated tasks of seed 0, the empty answer met every constraint of 119 (a word maximum, a forbidden word, no
+commas) and a copy of the prompt of 190; ``1`` is valid JSON, one capital letter is upper case. So before any constraint is checked the answer must be a
 response (:func:`is_response`): at least :data:`MIN_WORDS` words and :data:`MIN_DISTINCT_WORDS` different
 ones, and, for a generated task, every content word of its topic ("a city at night": *city* and *night*),
 all counted after leaving out any run of words that copies a whole line of the prompt (echoing the
