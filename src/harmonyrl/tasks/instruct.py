@@ -22,14 +22,15 @@ with the shipped tokenizer: raise ``rollout.max_new_tokens`` to ~192 (the defaul
 
 **What counts as a response.** Most constraints are easy to meet by writing almost nothing: of the first 2000
 generated tasks of seed 0, the empty answer met every constraint of 119 (a word maximum, a forbidden word, no
-commas) and a copy of the prompt of 190; ``1`` is valid JSON, one capital letter is upper case. So before any constraint is checked the answer must be a
-response (:func:`is_response`): at least :data:`MIN_WORDS` words and :data:`MIN_DISTINCT_WORDS` different
-ones, and, for a generated task, every content word of its topic ("a city at night": *city* and *night*),
-all counted after leaving out any run of words that copies a whole line of the prompt (echoing the
-instructions is not writing). An answer that is not a response scores 0 on every term, partial credit
-included, and logs ``info["not_a_response"]``. For a task-file request (free text) only the length rules
-apply, and a ``max_words`` below :data:`MIN_WORDS` is refused when the file is read. Not checked: that the
-words make sense together (a keyword salad about the topic that meets the constraints scores 1).
+commas) and a copy of the prompt of 190; ``1`` is valid JSON, one capital letter is upper case. So before any
+constraint is checked the answer must be a response (:func:`is_response`): at least :data:`MIN_WORDS` words
+and :data:`MIN_DISTINCT_WORDS` different ones, and, for a generated task, every content word of its topic ("a
+city at night": *city* and *night*), all counted after leaving out any run of words that copies a whole line
+of the prompt (echoing the instructions is not writing). An answer that is not a response scores 0 on every
+term, partial credit included, and logs ``info["not_a_response"]``. For a task-file request (free text) only
+the length rules apply, and a ``max_words`` below :data:`MIN_WORDS` is refused when the file is read. Not
+checked: that the words make sense together (a keyword salad about the topic that meets the constraints
+scores 1).
 
 Splits: the canonical key is the request, the topic and the *set* of constraint lines, so reordering the
 constraints cannot carry a held-out task into train (:func:`~harmonyrl.envs.taskfile.draw_splits`).
