@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 import harmonyrl.tasks.humaneval as he
+import harmonyrl.tasks.humaneval_grader as hg
 from harmonyrl.envs.checker import assert_env_ok
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_python
@@ -135,20 +136,13 @@ def test_objects_that_equal_anything_do_not_pass(factory: HumanEvalFactory, body
     assert (result.reward, result.info["correct"], result.info["syntax_error"]) == (0.0, 0.0, 0.0)
 
 
-def test_plain_values_pass_the_guard_in_containers() -> None:
-    namespace: dict[str, object] = {}
-    exec(he.PLAIN_GUARD.format(name="guard"), namespace)
-    guarded = namespace["guard"](lambda: [1, (2.5, "x", None), {"k": {3, frozenset({4})}}, b"y", True])  # type: ignore[operator]
-    assert guarded() == [1, (2.5, "x", None), {"k": {3, frozenset({4})}}, b"y", True]
-
-
 @pytest.mark.parametrize(
     ("body", "status"),
     [
         ("    print('x' * 10**6)\n    return x + y\n", "output_limit"),  # an output bomb
         ("    b = bytearray(2**34)\n    return x + y\n", "error"),  # a memory bomb: MemoryError
         ("    raise RuntimeError('no')\n", "error"),
-        ("    return x * y\n", "error"),  # plain wrong: an assert fails
+        ("    return x * y\n", "wrong"),  # plain wrong: an assert fails in the checker
     ],
 )
 def test_what_the_code_does_is_the_models_zero(
@@ -220,23 +214,28 @@ def test_prose_wrong_channel_and_shaping(factory: HumanEvalFactory) -> None:
     assert submit(shaped, "HumanEval/53", "    return x + y\n").reward == 1.0
 
 
-def fake_sandbox(monkeypatch: pytest.MonkeyPatch, behaviour: str) -> None:
-    async def run(code: str, limits: SandboxLimits, **_: object) -> SandboxResult:
+def fake_sandbox(monkeypatch: pytest.MonkeyPatch, behaviour: str, phase: str = "solution.py") -> None:
+    """The sandbox fails as ``behaviour`` says in the run whose program compiles ``phase`` (record, serve, check)."""
+
+    async def run(code: str, limits: SandboxLimits, **kwargs: object) -> SandboxResult:
+        if f'"{phase}"' not in code:
+            return await run_python(code, limits, **kwargs)  # type: ignore[arg-type]
         if behaviour == "unavailable":
             raise SandboxUnavailable("bubblewrap vanished")
         if behaviour == "hang":
             await asyncio.sleep(60)
         return SandboxResult("sandbox_failure", 1, "", "sandbox failed to start (exit 1): no namespaces", 0.1, False)
 
-    monkeypatch.setattr(he, "run_python", run)
-    monkeypatch.setattr(he, "GRADER_SLACK_S", 0.2)
+    monkeypatch.setattr(hg, "run_python", run)
+    monkeypatch.setattr(hg, "GRADER_SLACK_S", 0.2)
 
 
+@pytest.mark.parametrize("phase", ["canonical.py", "solution.py", "test.py"])
 @pytest.mark.parametrize("behaviour", ["failure", "unavailable", "hang"])
 def test_grader_faults_are_masked_failures_not_zeros(
-    factory: HumanEvalFactory, monkeypatch: pytest.MonkeyPatch, behaviour: str
+    factory: HumanEvalFactory, monkeypatch: pytest.MonkeyPatch, behaviour: str, phase: str
 ) -> None:
-    fake_sandbox(monkeypatch, behaviour)
+    fake_sandbox(monkeypatch, behaviour, phase)  # HumanEval/53 draws random inputs: recorded on every grade
     [result] = play(factory, BY_ID["HumanEval/53"], [final("    return x + y\n")])
     assert isinstance(result.failure, Failure) and result.failure.kind == "sandbox_error"
     assert (result.reward, result.terminated, result.info) == (0.0, False, {})

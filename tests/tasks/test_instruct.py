@@ -74,11 +74,13 @@ def test_check_env_command_passes() -> None:
 
 
 def test_scripted_answers_earn_exact_rewards() -> None:
-    [good] = play([final("a calm sea at night.")])
+    calm = "a calm sea at night under a quiet moon."
+    [good] = play([final(calm)])  # 9 words <= 10, names "sea"
     assert (good.reward, good.terminated, good.info["correct"], good.info["constraints_met"]) == (1.0, True, 1.0, 1.0)
-    [bad] = play([final("A calm sea, at night.")])  # breaks no_commas and lowercase, keeps max_words
+    [bad] = play([final("A calm sea, at night under a quiet moon.")])  # breaks no_commas and lowercase only
     assert (bad.reward, bad.info["correct"], bad.info["constraints_met"]) == (0.0, 0.0, 1 / 3)
-    [partial] = play([final("A calm sea, at night.")], weights=RewardWeights(outcome=0.5, format=0.5))
+    shaped = RewardWeights(outcome=0.5, format=0.5)
+    [partial] = play([final("A calm sea, at night under a quiet moon.")], weights=shaped)
     assert partial.reward == pytest.approx(0.5 / 3) and partial.info["reward/format"] == pytest.approx(0.5 / 3)
     [thinking] = play([[Message("assistant", "a calm sea.", channel="analysis")]])
     assert (thinking.reward, thinking.terminated, thinking.info["format_error"]) == (0.0, True, 1.0)
@@ -86,7 +88,8 @@ def test_scripted_answers_earn_exact_rewards() -> None:
 
 def test_a_tool_call_is_an_unknown_tool_observation_then_turns_cost() -> None:
     call = Message("assistant", "{}", channel="commentary", recipient="functions.search", content_type="json")
-    first, second = play([[call], final("a calm sea.")], weights=RewardWeights(outcome=0.9, step_cost=0.1))
+    answer = final("a calm sea at night under a quiet moon.")
+    first, second = play([[call], answer], weights=RewardWeights(outcome=0.9, step_cost=0.1))
     assert first.failure is None and not first.terminated and first.info == {"tool_error": 1.0}
     assert json.loads(first.observations[0].content) == {"error": "unknown tool 'search'; available tools: none"}
     assert second.reward == pytest.approx(0.9 - 0.2) and second.info["turns"] == 2.0
@@ -150,7 +153,10 @@ def test_task_file_loads_and_errors_name_the_line(tmp_path: Path) -> None:
         '{"id": "c", "split": "train", "prompt": "Hi.", "constraint": []}': "keys must be exactly",
         '{"id": "a", "split": "train", "prompt": "Hi.", "constraints": [{"kind": "json"}]}': "duplicate id 'a'",
         '{"id": "c", "split": "train", "prompt": "Hi.", "constraints": [{"kind": "bullets", "args": {"n": 12}},'
-        ' {"kind": "max_words", "args": {"n": 5}}]}': "the built-in writer found no response",
+        ' {"kind": "max_words", "args": {"n": 20}}]}': "the built-in writer found no response",
+        '{"id": "c", "split": "train", "prompt": "Hi.", "constraints": [{"kind": "max_words", "args": {"n": 7}}]}': (
+            "max_words must be at least 8"
+        ),
         '{"id": "c", "split": "train", "prompt": "Hi.", "constraints": [{"kind": "forbid_word", '
         '"args": {"word": "It"}}, {"kind": "include_keywords", "args": {"words": ["sun"]}}]}': "writer found no",
         "{not json": "not valid JSON",
@@ -184,7 +190,8 @@ def test_zero_tool_env_renders_and_runs_in_the_agent_loop() -> None:
     system, developer, user = initial_messages(env, asyncio.run(env.reset()))
     assert "functions" not in system.content and developer.content == f"# Instructions\n\n{INSTRUCTIONS}"
     assert user.content == TASK.prompt
-    completion = render_completion(tok, [Message("assistant", "a calm sea.", channel="final")])
+    calm = Message("assistant", "a calm sea at night under a quiet moon.", channel="final")
+    completion = render_completion(tok, [calm])
     traj = asyncio.run(
         run_episode(
             ScriptedEngine([completion]), env, tok, SamplingParams(stop_ids=tok.special.stop_ids),

