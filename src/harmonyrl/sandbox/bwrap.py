@@ -34,6 +34,7 @@ import collections
 import contextlib
 import functools
 import json
+import logging
 import os
 import re
 import shutil
@@ -44,7 +45,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harmonyrl.sandbox.limits import SandboxLimits, SandboxUnavailable
+from harmonyrl.sandbox.cgroup import CgroupHost, find_cgroup_host, sandbox_cgroup
+from harmonyrl.sandbox.limits import Enforcement, SandboxLimits, SandboxUnavailable
+from harmonyrl.sandbox.seccomp import memfd_guard
 
 MIN_VERSION = (0, 8, 0)  # --disable-userns and --size
 CODE_PATH = "/tmp/main.py"
@@ -52,21 +55,56 @@ _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localt
 _TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _HELPERS = 1  # bwrap's own process under the code's uid (the pid-1 reaper, or the nested bwrap as root)
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+# bubblewrap's own environment: without root its pid-1 reaper is readable by the code (/proc/1/environ), so
+# it gets nothing of the trainer's (API keys, tokens), only what a process needs to run
+_BWRAP_ENV = {"PATH": _ENV["PATH"], "LANG": "C.UTF-8", "HOME": "/tmp"}
+_LOG = logging.getLogger("harmonyrl.sandbox")
 
 LAUNCHER = """
 import json, os, resource, sys
 c = json.loads(sys.argv[1])
+for fd in c["cgroup_fds"]:
+    os.write(fd, b"0")
+    os.close(fd)
+if c["tmp"]:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    def check(failed, what):
+        if failed:
+            raise OSError(ctypes.get_errno(), what)
+    code = open("/tmp/main.py", "rb").read()
+    keep = [(os.open(path, os.O_PATH), path) for path in c["tmp_binds"]]
+    check(libc.unshare(0x20000), "unshare(CLONE_NEWNS)")
+    check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, c["tmp"].encode()), "mounting /tmp with " + c["tmp"])
+    fd = os.open("/tmp/main.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    os.write(fd, code)
+    os.close(fd)
+    for fd, path in keep:
+        os.makedirs(path, 0o755, exist_ok=True)
+        check(libc.mount(b"/proc/self/fd/%d" % fd, path.encode(), None, 0x1000 | 0x4000, None), "binding " + path)
+        os.close(fd)
 for name, pair in c["rlimits"].items():
     resource.setrlimit(getattr(resource, name), tuple(pair))
 if c["uid"] is not None:
     os.setgroups([])
     os.setresgid(c["uid"], c["uid"], c["uid"])
     os.setresuid(c["uid"], c["uid"], c["uid"])
+if c["tmp"]:
+    libc.prctl(47, 4, 0, 0, 0)
+    check(libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()), "dropping capabilities")
 os.write(c["status_fd"], b"1")
 os.close(c["status_fd"])
 os.execv(c["argv"][0], c["argv"])
 """
-"""Runs first inside the sandbox (``python -I -S -c``); tiny, because everything before the exec is ours."""
+"""Runs first inside the sandbox (``python -I -S -c``); tiny, because everything before the exec is ours.
+
+In order: join the sandbox's cgroup (``0`` to each inherited ``cgroup.procs``); replace ``/tmp`` by a tmpfs
+with an inode cap (bubblewrap's ``--tmpfs`` takes a size but no ``nr_inodes``): in a mount namespace of its
+own (without root, bubblewrap's tmpfs belongs to an outer user namespace and cannot be remounted: EPERM,
+measured), moving the code and the read-only binds of an interpreter under ``/tmp`` across (by ``O_PATH``
+descriptors opened before the mount hides them); set the rlimits; drop to the run's uid (root mode); drop
+every capability that allowed the mount (ambient, then ``capset`` to nothing, so the code's exec gets none);
+report "started", exec."""
 
 
 class _UidPool:
@@ -110,6 +148,7 @@ class Launch:
     env: dict[str, str] | None
     status_fd: int
     isolated: bool
+    enforcement: Enforcement
 
     def started(self) -> bool:
         """Whether the launcher got as far as exec'ing Python (read once the process has ended)."""
@@ -139,12 +178,14 @@ def _interpreter_roots(python: str) -> tuple[str, ...]:
 
 
 def _ro_binds(paths: tuple[str, ...]) -> list[str]:
-    """Read-only binds of ``paths`` (skipping those under ``/usr``), parents created world-traversable."""
+    """Read-only binds of ``paths`` (skipping those under ``/usr``), parents created world-traversable.
+
+    Paths under ``/tmp`` (an interpreter in a venv there) are bound after the private ``/tmp`` is mounted,
+    on top of it, or the tmpfs would hide them: the caller places those arguments after ``--tmpfs /tmp``.
+    """
     args: list[str] = []
-    made: set[str] = {"/"}
-    for path in sorted(set(paths)):
-        if path == "/usr" or path.startswith("/usr/"):
-            continue
+    made: set[str] = {"/", "/tmp"}
+    for path in _bind_order(paths):
         parents = [os.path.dirname(path)]
         while parents[-1] not in made:
             parents.append(os.path.dirname(parents[-1]))
@@ -156,16 +197,41 @@ def _ro_binds(paths: tuple[str, ...]) -> list[str]:
     return args
 
 
+def _bind_order(paths: tuple[str, ...]) -> list[str]:
+    """The paths to bind, parents first (those under ``/usr`` come with ``/usr``)."""
+    return [p for p in sorted(set(paths)) if not (p == "/usr" or p.startswith("/usr/"))]
+
+
+def _under_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
+@dataclass(frozen=True)
+class Guards:
+    """What bounds the whole sandbox: the cgroup descriptors the launcher joins, or the fallback's seccomp filter."""
+
+    cgroup_fds: tuple[int, ...] = ()
+    seccomp_fd: int | None = None
+
+
 def bwrap_argv(
-    bwrap: str, python: str, limits: SandboxLimits, *, code_fd: int, status_fd: int, uid: int | None
+    bwrap: str,
+    python: str,
+    limits: SandboxLimits,
+    *,
+    code_fd: int,
+    status_fd: int,
+    uid: int | None,
+    guards: Guards = Guards(),
 ) -> list[str]:
     """The full command for one sandboxed run (``uid`` is set in root mode, see the module docstring)."""
-    if uid is None:
-        namespaces = ["--unshare-all", "--unshare-user", "--disable-userns"]
+    if uid is None:  # CAP_SYS_ADMIN inside the sandbox's own user namespace, for the launcher's /tmp remount
+        namespaces = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-add", "CAP_SYS_ADMIN"]
         final = [python, "-I", "-u", CODE_PATH]
     else:
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-        namespaces += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        namespaces += ["--cap-drop", "ALL"]
+        namespaces += [arg for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN") for arg in ("--cap-add", cap)]
         inner = [bwrap, "--unshare-user", "--disable-userns", "--dev-bind", "/", "/", "--die-with-parent"]
         final = [*inner, "--chdir", "/tmp", "--", python, "-I", "-u", CODE_PATH]
     mounts = ["--ro-bind", "/usr", "/usr"]
@@ -177,23 +243,71 @@ def bwrap_argv(
             mounts += ["--ro-bind", path, path]
     for path in _ETC:
         mounts += ["--ro-bind-try", path, path]
-    mounts += _ro_binds((*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap))))
+    roots = (*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap)))
+    mounts += _ro_binds(tuple(p for p in roots if not _under_tmp(p)))
     mounts += ["--proc", "/proc", "--dev", "/dev"]
     mounts += ["--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp"]
+    mounts += _ro_binds(tuple(p for p in roots if _under_tmp(p)))
     mounts += ["--perms", "0444", "--file", str(code_fd), CODE_PATH, "--chdir", "/tmp"]
     mounts += ["--remount-ro", "/dev", "--remount-ro", "/"]  # bwrap's own tmpfs roots are unbounded: freeze them
     env = ["--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     for key, value in _ENV.items():
         env += ["--setenv", key, value]
     session = ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    config = {"rlimits": limits.rlimits(_HELPERS), "uid": uid, "status_fd": status_fd, "argv": final}
+    if guards.seccomp_fd is not None:
+        session += ["--seccomp", str(guards.seccomp_fd)]
+    config = {
+        "rlimits": limits.rlimits(_HELPERS),
+        "uid": uid,
+        "status_fd": status_fd,
+        "argv": final,
+        "cgroup_fds": list(guards.cgroup_fds),
+        "tmp": f"size={limits.tmp_mib << 20},nr_inodes={limits.tmp_inodes},mode=1777",
+        "tmp_binds": [p for p in _bind_order(roots) if _under_tmp(p)],
+    }
     launcher = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
     return [bwrap, *namespaces, *session, *mounts, *env, "--", *launcher]
 
 
+@functools.cache
+def cgroup_host() -> CgroupHost | str:
+    """Where this process makes per-sandbox cgroups, or why it cannot (measured once per process)."""
+    return find_cgroup_host()
+
+
+def _guards(limits: SandboxLimits, stack: contextlib.ExitStack) -> tuple[Guards, Enforcement]:
+    """A cgroup for the run if policy and host allow, else the fallback's seccomp filter (see the module docstring)."""
+    host = cgroup_host() if limits.cgroup != "off" else "cgroup='off' in SandboxLimits"
+    if isinstance(host, CgroupHost):
+        _announce(f"sandbox: each run gets a {host.kind} cgroup under {host.memory_dir} (memory + pids budget)")
+        fds = stack.enter_context(sandbox_cgroup(host, limits.budget_mib << 20, limits.max_processes + _HELPERS))
+        return Guards(cgroup_fds=fds), host.kind
+    if limits.cgroup == "require":
+        raise SandboxUnavailable(f"SandboxLimits(cgroup='require') but no cgroup is usable here: {host}")
+    if limits.cgroup == "auto":
+        _announce(
+            f"sandbox: no cgroup usable ({host}); falling back to per-process rlimits: memory is bounded per "
+            "process (memory_mib), not per sandbox (up to max_processes x memory_mib), memfd/SysV shm are refused"
+        )
+    program = memfd_guard()
+    if program is None:
+        return Guards(), "rlimits"
+    fd = os.memfd_create("seccomp")
+    stack.callback(os.close, fd)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return Guards(seccomp_fd=fd), "rlimits"
+
+
+@functools.cache
+def _announce(line: str) -> None:
+    """Say once per process how the sandbox is bounded: a user must know when it is only the fallback."""
+    (_LOG.info if line.startswith("sandbox: each run") else _LOG.warning)(line)
+
+
 @contextlib.contextmanager
 def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str) -> Iterator[Launch]:
-    """Files, pipes and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback."""
+    """Files, pipes, the cgroup and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback."""
     status_r, status_w = os.pipe()
     os.set_blocking(status_r, False)
     with contextlib.ExitStack() as stack:
@@ -205,9 +319,10 @@ def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str)
                 f.write(code.encode("utf-8", errors="surrogatepass"))
             final = [python, "-I", "-u", "main.py"]
             config = {"rlimits": limits.rlimits(), "uid": None, "status_fd": status_w, "argv": final}
+            config.update(cgroup_fds=[], tmp=None, tmp_binds=[])
             argv = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
             env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
-            yield Launch(argv, (status_w,), workdir, env, status_r, isolated=False)
+            yield Launch(argv, (status_w,), workdir, env, status_r, isolated=False, enforcement="none")
             return
         code_fd = os.memfd_create("main.py")
         stack.callback(os.close, code_fd)
@@ -218,8 +333,10 @@ def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str)
             pool = _uid_pool()
             uid = pool.acquire()
             stack.callback(pool.release, uid)
-        argv = bwrap_argv(bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid)
-        yield Launch(argv, (code_fd, status_w), "/", None, status_r, isolated=True)
+        guards, enforcement = _guards(limits, stack)
+        argv = bwrap_argv(bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid, guards=guards)
+        fds = (code_fd, status_w, *guards.cgroup_fds, *([guards.seccomp_fd] if guards.seccomp_fd is not None else []))
+        yield Launch(argv, fds, "/", dict(_BWRAP_ENV), status_r, isolated=True, enforcement=enforcement)
 
 
 def _check_uid_map(base: int, count: int) -> None:
