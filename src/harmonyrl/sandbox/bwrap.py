@@ -73,8 +73,8 @@ if c["tmp"]:
         if failed:
             raise OSError(ctypes.get_errno(), what)
     code = open("/tmp/main.py", "rb").read()
-    keep = [(os.open(path, os.O_PATH), path) for path in c["tmp_binds"]]
     check(libc.unshare(0x20000), "unshare(CLONE_NEWNS)")
+    keep = [(os.open(path, os.O_PATH), path) for path in c["tmp_binds"]]
     check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, c["tmp"].encode()), "mounting /tmp with " + c["tmp"])
     fd = os.open("/tmp/main.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     os.write(fd, code)
@@ -99,11 +99,12 @@ os.execv(c["argv"][0], c["argv"])
 """Runs first inside the sandbox (``python -I -S -c``); tiny, because everything before the exec is ours.
 
 In order: join the sandbox's cgroup (``0`` to each inherited ``cgroup.procs``); replace ``/tmp`` by a tmpfs
-with an inode cap (bubblewrap's ``--tmpfs`` takes a size but no ``nr_inodes``): in a mount namespace of its
+with an inode cap (bubblewrap's ``--tmpfs`` takes a size but no ``nr_inodes``) in a mount namespace of its
 own (without root, bubblewrap's tmpfs belongs to an outer user namespace and cannot be remounted: EPERM,
-measured), moving the code and the read-only binds of an interpreter under ``/tmp`` across (by ``O_PATH``
-descriptors opened before the mount hides them); set the rlimits; drop to the run's uid (root mode); drop
-every capability that allowed the mount (ambient, then ``capset`` to nothing, so the code's exec gets none);
+measured), carrying the code and the read-only binds of an interpreter under ``/tmp`` across (``O_PATH``
+descriptors opened in the new namespace before the mount hides them; a bind needs its source in the
+caller's namespace, EINVAL otherwise); set the rlimits; drop to the run's uid (root mode); drop every
+capability that allowed the mount (ambient, then ``capset`` to nothing, so the code's exec gets none);
 report "started", exec."""
 
 
@@ -171,8 +172,10 @@ def _interpreter_roots(python: str) -> tuple[str, ...]:
     if python == sys.executable:
         prefixes = [sys.prefix, sys.base_prefix]
     else:
-        probe = [python, "-I", "-S", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"]
+        # not -S: a venv's sys.prefix is set by site (3.11), and its site-packages are what the code imports
+        probe = [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"]
         prefixes = subprocess.run(probe, capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    prefixes.append(os.path.dirname(os.path.dirname(os.path.abspath(python))))  # a venv: its bin/python links out
     prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
     return tuple(dict.fromkeys(os.path.realpath(p) for p in prefixes))
 
