@@ -18,10 +18,11 @@ import pytest
 from sandbox_helpers import BWRAP_CAUSE, IN_CI, LIMITS, needs_bwrap, run, skip_unless
 
 import harmonyrl
-from harmonyrl.envs.python_tool import make_python_tool
+from harmonyrl.envs.python_tool import format_result, make_python_tool
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.sandbox import (
     SandboxLimits,
+    SandboxResult,
     SandboxUnavailable,
     UnsafeExecutionWarning,
     check_sandbox,
@@ -215,3 +216,13 @@ print(open("/tmp/scratch").read())
 def test_ci_never_passes_the_battery_by_skipping_it() -> None:
     # Under CI=true (.ci/run sets it) a machine that cannot sandbox fails here and in every battery test.
     assert not (IN_CI and BWRAP_CAUSE is not None), f"CI has no working sandbox: {BWRAP_CAUSE}"
+
+
+def test_python_tool_names_the_memory_budget_when_the_kernel_kills() -> None:
+    limits = SandboxLimits(memory_mib=64, tmp_mib=16)
+    oom = SandboxResult("killed", 137, "", "", 0.1, False, True, "cgroup1")
+    assert json.loads(format_result(oom, limits))["error"] == (
+        "killed by SIGKILL (most often: the sandbox's 80 MiB memory budget for all its processes)"
+    )
+    no_cgroup = dataclasses.replace(oom, enforcement="rlimits")
+    assert json.loads(format_result(no_cgroup, limits))["error"] == "killed by SIGKILL"

@@ -4,28 +4,45 @@ Every run is ``bwrap … python -I -S -c LAUNCHER …``: bubblewrap builds an em
 ``/lib*``, a few ``/etc`` files and the Python install, a fresh ``/proc``, a minimal ``/dev``, and a
 size-capped private tmpfs ``/tmp`` (the only writable place, also the cwd) holding the code as
 ``/tmp/main.py``; an empty environment; new network, pid, ipc and uts namespaces (no network at all: a
-loopback with nothing behind it). The launcher applies the rlimits, reports "started" on a pipe (so a
-sandbox that never came up is told apart from code that crashed) and execs ``python -I -u /tmp/main.py``.
+loopback with nothing behind it). The launcher (:mod:`harmonyrl.sandbox.launcher`) joins the run's cgroup,
+caps ``/tmp``'s inodes, applies the rlimits, reports "started" on a pipe (so a sandbox that never came up is
+told apart from code that crashed) and execs ``python -I -u /tmp/main.py``.
 
 Measured in the dev container (bubblewrap 0.8.0, Debian 12, kernel 6.x, running as root, user namespaces
 allowed), and the reason for each less obvious flag:
 
 * **non-root** (a developer machine): ``--unshare-all --unshare-user --disable-userns``. RLIMIT_NPROC, set
-  inside the sandbox's own user namespace, is counted per sandbox by the kernel.
+  inside the sandbox's own user namespace, is counted per sandbox by the kernel. ``--cap-add CAP_SYS_ADMIN``
+  holds only inside the sandbox's user namespace, for the launcher's ``/tmp`` mount; the launcher drops it.
 * **root** (containers, CI): plain ``--unshare-all`` runs the code as host uid 0 inside a user namespace,
   and the kernel never applies RLIMIT_NPROC to uid 0: 10 of 10 forks succeeded under a limit of 5, an
   unbounded fork bomb. So bubblewrap runs privileged *without* a user namespace and drops every capability
-  but SETUID/SETGID; the launcher switches to a host uid of its own (one per concurrent sandbox, see
-  :class:`_UidPool`) and execs a nested unprivileged ``bwrap --unshare-user --disable-userns``, because
-  otherwise the code could ``unshare -Ur`` (measured: it could) and mount, e.g., an unbounded tmpfs. The
-  nested one uses ``--dev-bind``: a plain ``--bind`` is nodev and made ``/dev/null`` unwritable.
+  but SETUID/SETGID (and SYS_ADMIN for the launcher's mount); the launcher switches to a host uid of its own
+  (one per concurrent sandbox, see :class:`_UidPool`), which clears them all, and execs a nested unprivileged
+  ``bwrap --unshare-user --disable-userns``, because otherwise the code could ``unshare -Ur`` (measured: it
+  could) and mount, e.g., an unbounded tmpfs. The nested one uses ``--dev-bind``: a plain ``--bind`` is
+  nodev and made ``/dev/null`` unwritable.
+* bubblewrap itself starts with a minimal environment (``PATH``, ``LANG``, ``HOME=/tmp``): without root it is
+  pid 1 of the sandbox, and the code read the trainer's whole environment (API keys) from ``/proc/1/environ``.
 * bubblewrap creates missing parents of a bind as 0700: the Python install under ``/root/.pyenv`` was
-  unreachable for the dropped uid until the parents were made 0755 (``--perms 0755 --dir``).
+  unreachable for the dropped uid until the parents were made 0755 (``--perms 0755 --dir``). An install
+  under ``/tmp`` (a venv there) is bound after the private ``/tmp`` is mounted, on top of it.
 * bubblewrap's own root and ``/dev`` are tmpfs without a size limit, and in the non-root mode they belong
   to the code's uid: ``/``, ``/etc`` and ``/dev/shm`` were writable, so both are remounted read-only.
 
-Not covered: seccomp (the kernel's syscall surface is reachable, as for any unprivileged process), and a CPU
-budget across processes (RLIMIT_CPU is per process; the wall clock bounds the total).
+**The whole sandbox's budget.** Rlimits are per process. Where the host offers a cgroup
+(:mod:`harmonyrl.sandbox.cgroup`), each run gets one: memory (every process, ``/tmp``, memfd and shared
+memory together, no swap) and pids. Where it does not (a read-only ``/sys/fs/cgroup``, a non-root user
+without delegation), the fallback is: RLIMIT_AS, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE per process;
+``/tmp`` capped in bytes and inodes; no writable ``/dev/shm``; and a seccomp filter refusing
+``memfd_create`` and SysV ``shmget`` (:mod:`harmonyrl.sandbox.seccomp`). What the fallback does not bound,
+and why the cgroup is preferred: memory across processes, up to ``max_processes × memory_mib`` (measured:
+8 processes × 200 MiB all held their memory under a 256 MiB ``memory_mib``), and kernel memory held by
+pipes and socket buffers (not measured; bounded per process by RLIMIT_NOFILE and the kernel's per-socket limits).
+:attr:`SandboxResult.enforcement` names the one used, and the first run logs it (a warning for the fallback).
+
+Not covered: a general seccomp policy (the kernel's syscall surface is reachable, as for any unprivileged
+process), and a CPU budget across processes (RLIMIT_CPU is per process; the wall clock bounds the total).
 """
 
 from __future__ import annotations
@@ -46,6 +63,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harmonyrl.sandbox.cgroup import CgroupHost, find_cgroup_host, sandbox_cgroup
+from harmonyrl.sandbox.launcher import LAUNCHER
 from harmonyrl.sandbox.limits import Enforcement, SandboxLimits, SandboxUnavailable
 from harmonyrl.sandbox.seccomp import memfd_guard
 
@@ -59,53 +77,6 @@ _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 # it gets nothing of the trainer's (API keys, tokens), only what a process needs to run
 _BWRAP_ENV = {"PATH": _ENV["PATH"], "LANG": "C.UTF-8", "HOME": "/tmp"}
 _LOG = logging.getLogger("harmonyrl.sandbox")
-
-LAUNCHER = """
-import json, os, resource, sys
-c = json.loads(sys.argv[1])
-for fd in c["cgroup_fds"]:
-    os.write(fd, b"0")
-    os.close(fd)
-if c["tmp"]:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    def check(failed, what):
-        if failed:
-            raise OSError(ctypes.get_errno(), what)
-    code = open("/tmp/main.py", "rb").read()
-    check(libc.unshare(0x20000), "unshare(CLONE_NEWNS)")
-    keep = [(os.open(path, os.O_PATH), path) for path in c["tmp_binds"]]
-    check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, c["tmp"].encode()), "mounting /tmp with " + c["tmp"])
-    fd = os.open("/tmp/main.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    os.write(fd, code)
-    os.close(fd)
-    for fd, path in keep:
-        os.makedirs(path, 0o755, exist_ok=True)
-        check(libc.mount(b"/proc/self/fd/%d" % fd, path.encode(), None, 0x1000 | 0x4000, None), "binding " + path)
-        os.close(fd)
-for name, pair in c["rlimits"].items():
-    resource.setrlimit(getattr(resource, name), tuple(pair))
-if c["uid"] is not None:
-    os.setgroups([])
-    os.setresgid(c["uid"], c["uid"], c["uid"])
-    os.setresuid(c["uid"], c["uid"], c["uid"])
-if c["tmp"]:
-    libc.prctl(47, 4, 0, 0, 0)
-    check(libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()), "dropping capabilities")
-os.write(c["status_fd"], b"1")
-os.close(c["status_fd"])
-os.execv(c["argv"][0], c["argv"])
-"""
-"""Runs first inside the sandbox (``python -I -S -c``); tiny, because everything before the exec is ours.
-
-In order: join the sandbox's cgroup (``0`` to each inherited ``cgroup.procs``); replace ``/tmp`` by a tmpfs
-with an inode cap (bubblewrap's ``--tmpfs`` takes a size but no ``nr_inodes``) in a mount namespace of its
-own (without root, bubblewrap's tmpfs belongs to an outer user namespace and cannot be remounted: EPERM,
-measured), carrying the code and the read-only binds of an interpreter under ``/tmp`` across (``O_PATH``
-descriptors opened in the new namespace before the mount hides them; a bind needs its source in the
-caller's namespace, EINVAL otherwise); set the rlimits; drop to the run's uid (root mode); drop every
-capability that allowed the mount (ambient, then ``capset`` to nothing, so the code's exec gets none);
-report "started", exec."""
 
 
 class _UidPool:
