@@ -84,6 +84,12 @@ def run(code: str, limits: SandboxLimits = LIMITS, **kwargs: object) -> SandboxR
     return asyncio.run(run_python(code, limits, **kwargs))  # type: ignore[arg-type]
 
 
+def fork_bomb(token: str) -> str:
+    """A fork bomb whose processes carry ``token`` on their command line (other workers' sandboxes do not)."""
+    bomb = "import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        pass"
+    return f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', '{bomb}', '{token}'])"
+
+
 def pids_with(token: str) -> list[int]:
     """Host processes whose command line contains ``token`` (seen from outside any sandbox)."""
     found = []

@@ -18,10 +18,20 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import LIMITS, LowestMemAvailable, eventually, needs_bwrap, pids_with, run, skip_unless
+from sandbox_helpers import (
+    LIMITS,
+    LowestMemAvailable,
+    eventually,
+    fork_bomb,
+    needs_bwrap,
+    pids_with,
+    run,
+    skip_unless,
+)
 
 from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable
 from harmonyrl.sandbox.bwrap import cgroup_host
@@ -115,9 +125,9 @@ def test_fork_bomb_is_bounded_by_the_cgroup_pids_limit() -> None:
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    token = f"fork-bomb-{uuid.uuid4().hex}"
     try:
-        r = run(code, dataclasses.replace(LIMITS, timeout_s=2.0))
+        r = run(fork_bomb(token), dataclasses.replace(LIMITS, timeout_s=2.0))
     finally:
         stop.set()
         watcher.join()
@@ -127,7 +137,7 @@ def test_fork_bomb_is_bounded_by_the_cgroup_pids_limit() -> None:
     assert max(current for current, _ in seen) <= LIMITS.max_processes + 1
     assert max(current for current, _ in seen) >= LIMITS.max_processes // 2  # it did try
     assert subprocess.run(["true"]).returncode == 0
-    assert eventually(lambda: not pids_with("/tmp/main.py"), 3.0)
+    assert eventually(lambda: not pids_with(token), 3.0) and our_cgroups() == []
 
 
 def test_open_files_are_capped() -> None:
@@ -228,6 +238,16 @@ def test_cgroup_v2_parent_enables_its_controllers_and_limits_are_written(tmp_pat
         "memory.swap.max": 0,
         "pids.max": 17,
     }
+    # the trainer's cgroup holds the trainer, so it cannot enable controllers (EBUSY; here: a directory
+    # where the file should be): its parent, which enables them for it, holds the sandboxes
+    (tmp_path / "svc" / "trainer" / "cgroup.subtree_control").mkdir(parents=True)
+    (tmp_path / "svc" / "trainer" / "cgroup.controllers").write_text("memory pids\n")
+    beside = _find_v2([("/", str(tmp_path), "cgroup2", set())], {"": "/svc/trainer"})
+    assert beside == CgroupHost("cgroup2", str(tmp_path / "svc"), str(tmp_path / "svc"))
+    (tmp_path / "cgroup.subtree_control").mkdir()
+    (tmp_path / "cgroup.controllers").write_text("memory pids\n")
+    at_root = _find_v2([("/", str(tmp_path), "cgroup2", set())], {"": "/"})
+    assert "cannot enable memory+pids for child cgroups" in str(at_root)  # no parent to fall back to
     (tmp_path / "trainer" / "cgroup.controllers").write_text("cpu io\n")
     assert "offers no memory controller" in str(_find_v2([("/", str(tmp_path), "cgroup2", set())], {"": "/trainer"}))
     v1 = CgroupHost("cgroup1", "/m", "/p")

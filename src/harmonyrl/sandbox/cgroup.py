@@ -6,16 +6,19 @@ kernel stops the sandbox at its budget (it kills a process of that cgroup) befor
 
 Where the cgroup lives: under the cgroup this process is in (the sandbox's usage also counts against any
 limit a container or supervisor put on the trainer), as ``harmonyrl-<pid>-<id>``. Preferred is cgroup v2
-(``memory.max``, ``memory.swap.max=0``, ``pids.max``); a host on the hybrid layout whose memory controller
-is still bound to v1 uses v1 (``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes``, ``pids.max``).
-Measured in the dev container (a VM, kernel 6.18, running as root): the v2 hierarchy offers only
-``hugetlb``, the v1 memory and pids hierarchies are writable, so v1 is used there.
+(``memory.max``, ``memory.swap.max=0``, ``pids.max``). A v2 cgroup that has processes of its own (the
+trainer's) cannot enable controllers for children, so unless it is the hierarchy's root the sandboxes go
+beside it, in its parent, which already enables them (usual for root on a systemd host; for a user, start
+the trainer in a leaf of a delegated cgroup, e.g. ``systemd-run --user -p Delegate=yes --scope`` and a
+``trainer`` leaf holding the process). A host on the hybrid layout whose memory controller is still bound
+to v1 uses v1 (``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes``, ``pids.max``). Measured in the
+dev container (a VM, kernel 6.18, running as root): the v2 hierarchy offers only ``hugetlb``, the v1 memory
+and pids hierarchies are writable, so v1 is used there; the v2 code is tested only on a directory shaped
+like a v2 tree, not on a v2 kernel.
 
-No cgroup is usable when the hierarchy is read-only (most containers without ``--privileged``), when a
-non-root user has no delegated subtree, or when the v2 memory controller cannot be enabled for children
-(a non-root cgroup that has processes of its own cannot enable it: run the trainer in a delegated cgroup of
-its own, e.g. ``systemd-run --user --scope -p Delegate=yes``). The caller then falls back to rlimits
-(see :mod:`harmonyrl.sandbox.bwrap`) and says why, once.
+No cgroup is usable when the hierarchy is read-only (most containers without ``--privileged``) or a
+non-root user has no delegated subtree. The caller then falls back to rlimits (see
+:mod:`harmonyrl.sandbox.bwrap`) and says why, once.
 
 The sandbox joins its cgroup itself: the launcher, the first process inside bubblewrap, writes ``0`` to an
 inherited ``cgroup.procs`` descriptor before anything else runs, so every later process is born inside.
@@ -30,7 +33,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -89,24 +92,37 @@ def _find_v2(mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str]) 
     v2 = [(root, point) for root, point, kind, _ in mounts if kind == "cgroup2"]
     if not v2 or "" not in own:
         return "no cgroup v2 hierarchy"
-    parent = _join(*v2[0], own[""])
-    if parent is None:
+    mine = _join(*v2[0], own[""])
+    if mine is None:
         return "cgroup v2: this process's cgroup is not visible"
-    with open(os.path.join(parent, "cgroup.controllers")) as f:
+    with open(os.path.join(mine, "cgroup.controllers")) as f:
         offered = f.read().split()
     if "memory" not in offered:
-        return f"cgroup v2 at {parent} offers no memory controller (offers: {' '.join(offered) or 'none'})"
+        return f"cgroup v2 at {mine} offers no memory controller (offers: {' '.join(offered) or 'none'})"
     wanted = [c for c in ("memory", "pids") if c in offered]
-    with open(os.path.join(parent, "cgroup.subtree_control")) as f:
-        enabled = f.read().split()
-    missing = [c for c in wanted if c not in enabled]
-    if missing:
-        try:
-            with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
-                f.write(" ".join(f"+{c}" for c in missing))
-        except OSError as e:
-            return f"cgroup v2 at {parent}: cannot enable {'+'.join(missing)} for child cgroups ({e.strerror})"
+    refused = _enable(mine, wanted)
+    if refused is None:
+        return CgroupHost("cgroup2", mine, mine if "pids" in wanted else None)
+    if os.path.normpath(mine) == os.path.normpath(v2[0][1]):
+        return f"cgroup v2 at {mine}: cannot enable {'+'.join(wanted)} for child cgroups ({refused})"
+    # A cgroup with processes of its own cannot enable controllers for children (EBUSY, the kernel's
+    # no-internal-process rule); its parent already hands them to it, so the sandboxes go beside it there.
+    parent = os.path.dirname(mine)
     return CgroupHost("cgroup2", parent, parent if "pids" in wanted else None)
+
+
+def _enable(directory: str, controllers: Sequence[str]) -> str | None:
+    """Enable ``controllers`` for the children of ``directory``; the reason it cannot, or None."""
+    path = os.path.join(directory, "cgroup.subtree_control")
+    try:
+        with open(path) as f:
+            missing = [c for c in controllers if c not in f.read().split()]
+        if missing:
+            with open(path, "w") as f:
+                f.write(" ".join(f"+{c}" for c in missing))
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
 
 
 def _find_v1(mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str]) -> CgroupHost | str:
