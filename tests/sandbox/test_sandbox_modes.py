@@ -137,6 +137,7 @@ snippets = {
                "    except OSError as e:\\n        print(p, e.strerror)\\n"
                "print('os.environ', dict(os.environ))\\nprint('pid1', open('/proc/1/cmdline', 'rb').read()[:40])",
     "caps": "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])",
+    "tmp": "print([l.split()[-1] for l in open('/proc/self/mountinfo') if ' /tmp ' in l][-1])",
     "memfd": "import os\\ntry:\\n    os.memfd_create('x')\\n    print('allowed')\\nexcept OSError as e:\\n"
              "    print(e.strerror)",
 }
@@ -177,6 +178,7 @@ def test_non_root_mode_isolates_too_and_hides_the_host_environment() -> None:
     assert status == "ok" and environ.count("environ") == 4 and "bwrap" in environ  # pid 1 is bubblewrap
     assert SECRET not in environ and "HARMONYRL_KEY" not in environ  # not via /proc/1, self, ppid, os.environ
     assert set(seen["caps"][1].strip("[]").replace("'", "").split(", ")[:3]) == {"0000000000000000"}  # inh/prm/eff
+    assert seen["tmp"][0] == "ok" and "nr_inodes=4096" in seen["tmp"][1]  # the inode cap holds without root too
     if seen["enforcement"] == ["rlimits"]:  # no delegated cgroup for this user: the fallback's guard holds
         assert seen["memfd"] == ["ok", "Operation not permitted"]
         assert "(cgroup='require') but no cgroup is usable here" in seen["require"]
