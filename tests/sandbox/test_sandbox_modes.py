@@ -9,18 +9,20 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 import warnings
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import LIMITS, needs_bwrap, run
+from sandbox_helpers import BWRAP_CAUSE, IN_CI, LIMITS, needs_bwrap, run, skip_unless
 
 import harmonyrl
-from harmonyrl.envs.python_tool import make_python_tool
+from harmonyrl.envs.python_tool import format_result, make_python_tool
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.sandbox import (
     SandboxLimits,
+    SandboxResult,
     SandboxUnavailable,
     UnsafeExecutionWarning,
     check_sandbox,
@@ -105,17 +107,21 @@ def test_python_tool_declares_and_returns_observations() -> None:
     assert spam["status"] == "output_limit" and str(spam["stdout"]).endswith("the program was stopped]")
 
 
-def _system_python() -> str | None:
-    """A Python outside /root that an unprivileged user can run (the dev container's own is under /root)."""
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+def _unprivileged() -> tuple[str | None, dict[str, object]]:
+    """An interpreter and ``subprocess.run`` arguments that run a script without root (the non-root mode).
+
+    As root (containers, CI) the script runs as ``nobody`` with a system Python (the dev container's own is
+    under /root, unreadable to it); as a user, as that user with this interpreter.
+    """
+    if os.geteuid() != 0:
+        return sys.executable, {}
+    python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
+    return python, {"user": 65534, "group": 65534, "extra_groups": []}
 
 
 NON_ROOT_SCRIPT = """
 import asyncio, json, sys
-from harmonyrl.sandbox import SandboxLimits, run_python
+from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable, run_python
 limits = SandboxLimits(timeout_s=5, max_processes=8, tmp_mib=4)
 snippets = {
     "hello": "import os; print('uid', os.getuid())",
@@ -126,30 +132,99 @@ snippets = {
     "userns": "import subprocess; print(subprocess.run(['unshare', '-Ur', 'true']).returncode)",
     "write": "for p in ('/x', '/usr/x', '/etc/x', '/dev/x', '/dev/shm/x'):\\n    try:\\n        open(p, 'w')\\n"
              "    except OSError as e:\\n        print(e.strerror)\\nopen('/dev/null', 'w').write('ok')",
+    "environ": "import os\\nfor p in ('/proc/1/environ', '/proc/self/environ', f'/proc/{os.getppid()}/environ'):\\n"
+               "    try:\\n        print(p, open(p, 'rb').read())\\n"
+               "    except OSError as e:\\n        print(p, e.strerror)\\n"
+               "print('os.environ', dict(os.environ))\\nprint('pid1', open('/proc/1/cmdline', 'rb').read()[:40])",
+    "caps": "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])",
+    "tmp": "print([l.split()[-1] for l in open('/proc/self/mountinfo') if ' /tmp ' in l][-1])",
+    "memfd": "import os\\ntry:\\n    os.memfd_create('x')\\n    print('allowed')\\nexcept OSError as e:\\n"
+             "    print(e.strerror)",
 }
 async def main():
     results = await asyncio.gather(*(run_python(c, limits, python=sys.executable) for c in snippets.values()))
-    print(json.dumps({k: [r.status, r.stdout.strip()] for k, r in zip(snippets, results)}))
+    out = {k: [r.status, r.stdout.strip()] for k, r in zip(snippets, results)}
+    out["enforcement"] = sorted({r.enforcement for r in results})
+    try:
+        await run_python("print(1)", SandboxLimits(cgroup="require"), python=sys.executable)
+        out["require"] = "ran"
+    except SandboxUnavailable as e:
+        out["require"] = str(e)
+    print(json.dumps(out))
 asyncio.run(main())
 """
+SECRET = "hunter2-" + uuid.uuid4().hex
 
 
 @needs_bwrap
-@pytest.mark.skipif(os.geteuid() != 0, reason="running as non-root, every other test already uses the non-root mode")
-@pytest.mark.skipif(_system_python() is None, reason="no system python3 an unprivileged user could run")
-def test_non_root_mode_isolates_too() -> None:
+@skip_unless(_unprivileged()[0] is not None, "no system python3 an unprivileged user could run")
+def test_non_root_mode_isolates_too_and_hides_the_host_environment() -> None:
     src = str(Path(harmonyrl.__file__).resolve().parents[1])
-    python = _system_python()
+    python, user = _unprivileged()
     assert python is not None and shutil.which("bwrap") is not None
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1"}
+    # the trainer's environment holds a secret (an API key): bubblewrap, pid 1 of a non-root sandbox, must not
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1", "HARMONYRL_KEY": SECRET}
     done = subprocess.run(
-        [python, "-c", NON_ROOT_SCRIPT], user=65534, group=65534, extra_groups=[], cwd="/", env=env,
-        capture_output=True, text=True, timeout=45,
-    )  # fmt: skip
+        [python, "-c", NON_ROOT_SCRIPT], cwd="/", env=env, capture_output=True, text=True, timeout=60, **user
+    )  # type: ignore[call-overload]
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert seen["hello"] == ["ok", "uid 65534"]
+    assert seen["hello"][0] == "ok" and seen["hello"][1] == f"uid {os.geteuid() if not user else 65534}"
     assert seen["forks"][0] == "ok" and 1 <= int(seen["forks"][1]) < 8  # RLIMIT_NPROC holds in a user namespace
     assert seen["net"] == ["ok", "OSError"]  # network unreachable
     assert seen["userns"] == ["ok", "1"]  # --disable-userns
     assert seen["write"] == ["ok", "\n".join(["Read-only file system"] * 5)]  # only /tmp is writable
+    status, environ = seen["environ"]
+    assert status == "ok" and environ.count("environ") == 4 and "bwrap" in environ  # pid 1 is bubblewrap
+    assert SECRET not in environ and "HARMONYRL_KEY" not in environ  # not via /proc/1, self, ppid, os.environ
+    assert set(seen["caps"][1].strip("[]").replace("'", "").split(", ")[:3]) == {"0000000000000000"}  # inh/prm/eff
+    assert seen["tmp"][0] == "ok" and "nr_inodes=4096" in seen["tmp"][1]  # the inode cap holds without root too
+    if seen["enforcement"] == ["rlimits"]:  # no delegated cgroup for this user: the fallback's guard holds
+        assert seen["memfd"] == ["ok", "Operation not permitted"]
+        assert "(cgroup='require') but no cgroup is usable here" in seen["require"]
+    else:
+        assert seen["require"] == "ran"
+
+
+@needs_bwrap
+def test_an_interpreter_in_a_venv_under_tmp_runs(tmp_path: Path) -> None:
+    # The private /tmp would hide it: its prefix is bound read-only over the tmpfs at its own path.
+    venv = tmp_path / "venv"
+    assert str(venv).startswith("/tmp/"), "pytest's tmp_path is expected under /tmp"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "harmonyrl_venv_probe.py").write_text("WHERE = 'venv site-packages'\n")
+    code = f"""
+import sys, harmonyrl_venv_probe
+print(sys.prefix, harmonyrl_venv_probe.WHERE)
+try:
+    open("{site}/planted.py", "w")
+    print("WROTE")
+except OSError as e:
+    print(e.strerror)
+open("/tmp/scratch", "w").write("tmp is still writable")
+print(open("/tmp/scratch").read())
+"""
+    r = run(code, python=str(venv / "bin" / "python"))
+    assert (r.status, r.isolated) == ("ok", True), r.stderr
+    assert r.stdout.splitlines() == [
+        f"{venv} venv site-packages",
+        "Read-only file system",
+        "tmp is still writable",
+    ]
+    assert not (site / "planted.py").exists()
+
+
+def test_ci_never_passes_the_battery_by_skipping_it() -> None:
+    # Under CI=true (.ci/run sets it) a machine that cannot sandbox fails here and in every battery test.
+    assert not (IN_CI and BWRAP_CAUSE is not None), f"CI has no working sandbox: {BWRAP_CAUSE}"
+
+
+def test_python_tool_names_the_memory_budget_when_the_kernel_kills() -> None:
+    limits = SandboxLimits(memory_mib=64, tmp_mib=16)
+    oom = SandboxResult("killed", 137, "", "", 0.1, False, True, "cgroup1")
+    assert json.loads(format_result(oom, limits))["error"] == (
+        "killed by SIGKILL (most often: the sandbox's 80 MiB memory budget for all its processes)"
+    )
+    no_cgroup = dataclasses.replace(oom, enforcement="rlimits")
+    assert json.loads(format_result(no_cgroup, limits))["error"] == "killed by SIGKILL"

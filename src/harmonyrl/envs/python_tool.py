@@ -93,5 +93,7 @@ def _explain(result: SandboxResult, limits: SandboxLimits) -> str:
     if result.status == "killed" and result.exit_code is not None:
         sig = signal.Signals(result.exit_code - 128)
         hint = f": CPU time limit of {limits.cpu_s} s" if sig == signal.SIGXCPU else ""
+        if sig == signal.SIGKILL and result.enforcement in ("cgroup2", "cgroup1"):  # the kernel's OOM kill
+            hint = f" (most often: the sandbox's {limits.budget_mib} MiB memory budget for all its processes)"
         return f"killed by {sig.name}{hint}"
     return f"exit code {result.exit_code}"

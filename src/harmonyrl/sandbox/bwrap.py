@@ -4,28 +4,45 @@ Every run is ``bwrap … python -I -S -c LAUNCHER …``: bubblewrap builds an em
 ``/lib*``, a few ``/etc`` files and the Python install, a fresh ``/proc``, a minimal ``/dev``, and a
 size-capped private tmpfs ``/tmp`` (the only writable place, also the cwd) holding the code as
 ``/tmp/main.py``; an empty environment; new network, pid, ipc and uts namespaces (no network at all: a
-loopback with nothing behind it). The launcher applies the rlimits, reports "started" on a pipe (so a
-sandbox that never came up is told apart from code that crashed) and execs ``python -I -u /tmp/main.py``.
+loopback with nothing behind it). The launcher (:mod:`harmonyrl.sandbox.launcher`) joins the run's cgroup,
+caps ``/tmp``'s inodes, applies the rlimits, reports "started" on a pipe (so a sandbox that never came up is
+told apart from code that crashed) and execs ``python -I -u /tmp/main.py``.
 
 Measured in the dev container (bubblewrap 0.8.0, Debian 12, kernel 6.x, running as root, user namespaces
 allowed), and the reason for each less obvious flag:
 
 * **non-root** (a developer machine): ``--unshare-all --unshare-user --disable-userns``. RLIMIT_NPROC, set
-  inside the sandbox's own user namespace, is counted per sandbox by the kernel.
+  inside the sandbox's own user namespace, is counted per sandbox by the kernel. ``--cap-add CAP_SYS_ADMIN``
+  holds only inside the sandbox's user namespace, for the launcher's ``/tmp`` mount; the launcher drops it.
 * **root** (containers, CI): plain ``--unshare-all`` runs the code as host uid 0 inside a user namespace,
   and the kernel never applies RLIMIT_NPROC to uid 0: 10 of 10 forks succeeded under a limit of 5, an
   unbounded fork bomb. So bubblewrap runs privileged *without* a user namespace and drops every capability
-  but SETUID/SETGID; the launcher switches to a host uid of its own (one per concurrent sandbox, see
-  :class:`_UidPool`) and execs a nested unprivileged ``bwrap --unshare-user --disable-userns``, because
-  otherwise the code could ``unshare -Ur`` (measured: it could) and mount, e.g., an unbounded tmpfs. The
-  nested one uses ``--dev-bind``: a plain ``--bind`` is nodev and made ``/dev/null`` unwritable.
+  but SETUID/SETGID (and SYS_ADMIN for the launcher's mount); the launcher switches to a host uid of its own
+  (one per concurrent sandbox, see :class:`_UidPool`), which clears them all, and execs a nested unprivileged
+  ``bwrap --unshare-user --disable-userns``, because otherwise the code could ``unshare -Ur`` (measured: it
+  could) and mount, e.g., an unbounded tmpfs. The nested one uses ``--dev-bind``: a plain ``--bind`` is
+  nodev and made ``/dev/null`` unwritable.
+* bubblewrap itself starts with a minimal environment (``PATH``, ``LANG``, ``HOME=/tmp``): without root it is
+  pid 1 of the sandbox, and the code read the trainer's whole environment (API keys) from ``/proc/1/environ``.
 * bubblewrap creates missing parents of a bind as 0700: the Python install under ``/root/.pyenv`` was
-  unreachable for the dropped uid until the parents were made 0755 (``--perms 0755 --dir``).
+  unreachable for the dropped uid until the parents were made 0755 (``--perms 0755 --dir``). An install
+  under ``/tmp`` (a venv there) is bound after the private ``/tmp`` is mounted, on top of it.
 * bubblewrap's own root and ``/dev`` are tmpfs without a size limit, and in the non-root mode they belong
   to the code's uid: ``/``, ``/etc`` and ``/dev/shm`` were writable, so both are remounted read-only.
 
-Not covered: seccomp (the kernel's syscall surface is reachable, as for any unprivileged process), and a CPU
-budget across processes (RLIMIT_CPU is per process; the wall clock bounds the total).
+**The whole sandbox's budget.** Rlimits are per process. Where the host offers a cgroup
+(:mod:`harmonyrl.sandbox.cgroup`), each run gets one: memory (every process, ``/tmp``, memfd and shared
+memory together, no swap) and pids. Where it does not (a read-only ``/sys/fs/cgroup``, a non-root user
+without delegation), the fallback is: RLIMIT_AS, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE per process;
+``/tmp`` capped in bytes and inodes; no writable ``/dev/shm``; and a seccomp filter refusing
+``memfd_create`` and SysV ``shmget`` (:mod:`harmonyrl.sandbox.seccomp`). What the fallback does not bound,
+and why the cgroup is preferred: memory across processes, up to ``max_processes × memory_mib`` (measured:
+8 processes × 200 MiB all held their memory under a 256 MiB ``memory_mib``), and kernel memory held by
+pipes and socket buffers (not measured; bounded per process by RLIMIT_NOFILE and the kernel's per-socket limits).
+:attr:`SandboxResult.enforcement` names the one used, and the first run logs it (a warning for the fallback).
+
+Not covered: a general seccomp policy (the kernel's syscall surface is reachable, as for any unprivileged
+process), and a CPU budget across processes (RLIMIT_CPU is per process; the wall clock bounds the total).
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ import collections
 import contextlib
 import functools
 import json
+import logging
 import os
 import re
 import shutil
@@ -44,7 +62,10 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harmonyrl.sandbox.limits import SandboxLimits, SandboxUnavailable
+from harmonyrl.sandbox.cgroup import CgroupHost, find_cgroup_host, sandbox_cgroup
+from harmonyrl.sandbox.launcher import LAUNCHER
+from harmonyrl.sandbox.limits import Enforcement, SandboxLimits, SandboxUnavailable
+from harmonyrl.sandbox.seccomp import memfd_guard
 
 MIN_VERSION = (0, 8, 0)  # --disable-userns and --size
 CODE_PATH = "/tmp/main.py"
@@ -52,21 +73,10 @@ _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localt
 _TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _HELPERS = 1  # bwrap's own process under the code's uid (the pid-1 reaper, or the nested bwrap as root)
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
-
-LAUNCHER = """
-import json, os, resource, sys
-c = json.loads(sys.argv[1])
-for name, pair in c["rlimits"].items():
-    resource.setrlimit(getattr(resource, name), tuple(pair))
-if c["uid"] is not None:
-    os.setgroups([])
-    os.setresgid(c["uid"], c["uid"], c["uid"])
-    os.setresuid(c["uid"], c["uid"], c["uid"])
-os.write(c["status_fd"], b"1")
-os.close(c["status_fd"])
-os.execv(c["argv"][0], c["argv"])
-"""
-"""Runs first inside the sandbox (``python -I -S -c``); tiny, because everything before the exec is ours."""
+# bubblewrap's own environment: without root its pid-1 reaper is readable by the code (/proc/1/environ), so
+# it gets nothing of the trainer's (API keys, tokens), only what a process needs to run
+_BWRAP_ENV = {"PATH": _ENV["PATH"], "LANG": "C.UTF-8", "HOME": "/tmp"}
+_LOG = logging.getLogger("harmonyrl.sandbox")
 
 
 class _UidPool:
@@ -110,6 +120,7 @@ class Launch:
     env: dict[str, str] | None
     status_fd: int
     isolated: bool
+    enforcement: Enforcement
 
     def started(self) -> bool:
         """Whether the launcher got as far as exec'ing Python (read once the process has ended)."""
@@ -132,19 +143,23 @@ def _interpreter_roots(python: str) -> tuple[str, ...]:
     if python == sys.executable:
         prefixes = [sys.prefix, sys.base_prefix]
     else:
-        probe = [python, "-I", "-S", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"]
+        # not -S: a venv's sys.prefix is set by site (3.11), and its site-packages are what the code imports
+        probe = [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"]
         prefixes = subprocess.run(probe, capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    prefixes.append(os.path.dirname(os.path.dirname(os.path.abspath(python))))  # a venv: its bin/python links out
     prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
     return tuple(dict.fromkeys(os.path.realpath(p) for p in prefixes))
 
 
 def _ro_binds(paths: tuple[str, ...]) -> list[str]:
-    """Read-only binds of ``paths`` (skipping those under ``/usr``), parents created world-traversable."""
+    """Read-only binds of ``paths`` (skipping those under ``/usr``), parents created world-traversable.
+
+    Paths under ``/tmp`` (an interpreter in a venv there) are bound after the private ``/tmp`` is mounted,
+    on top of it, or the tmpfs would hide them: the caller places those arguments after ``--tmpfs /tmp``.
+    """
     args: list[str] = []
-    made: set[str] = {"/"}
-    for path in sorted(set(paths)):
-        if path == "/usr" or path.startswith("/usr/"):
-            continue
+    made: set[str] = {"/", "/tmp"}
+    for path in _bind_order(paths):
         parents = [os.path.dirname(path)]
         while parents[-1] not in made:
             parents.append(os.path.dirname(parents[-1]))
@@ -156,16 +171,41 @@ def _ro_binds(paths: tuple[str, ...]) -> list[str]:
     return args
 
 
+def _bind_order(paths: tuple[str, ...]) -> list[str]:
+    """The paths to bind, parents first (those under ``/usr`` come with ``/usr``)."""
+    return [p for p in sorted(set(paths)) if not (p == "/usr" or p.startswith("/usr/"))]
+
+
+def _under_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
+@dataclass(frozen=True)
+class Guards:
+    """What bounds the whole sandbox: the cgroup descriptors the launcher joins, or the fallback's seccomp filter."""
+
+    cgroup_fds: tuple[int, ...] = ()
+    seccomp_fd: int | None = None
+
+
 def bwrap_argv(
-    bwrap: str, python: str, limits: SandboxLimits, *, code_fd: int, status_fd: int, uid: int | None
+    bwrap: str,
+    python: str,
+    limits: SandboxLimits,
+    *,
+    code_fd: int,
+    status_fd: int,
+    uid: int | None,
+    guards: Guards = Guards(),
 ) -> list[str]:
     """The full command for one sandboxed run (``uid`` is set in root mode, see the module docstring)."""
-    if uid is None:
-        namespaces = ["--unshare-all", "--unshare-user", "--disable-userns"]
+    if uid is None:  # CAP_SYS_ADMIN inside the sandbox's own user namespace, for the launcher's /tmp remount
+        namespaces = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-add", "CAP_SYS_ADMIN"]
         final = [python, "-I", "-u", CODE_PATH]
     else:
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-        namespaces += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        namespaces += ["--cap-drop", "ALL"]
+        namespaces += [arg for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN") for arg in ("--cap-add", cap)]
         inner = [bwrap, "--unshare-user", "--disable-userns", "--dev-bind", "/", "/", "--die-with-parent"]
         final = [*inner, "--chdir", "/tmp", "--", python, "-I", "-u", CODE_PATH]
     mounts = ["--ro-bind", "/usr", "/usr"]
@@ -177,23 +217,71 @@ def bwrap_argv(
             mounts += ["--ro-bind", path, path]
     for path in _ETC:
         mounts += ["--ro-bind-try", path, path]
-    mounts += _ro_binds((*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap))))
+    roots = (*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap)))
+    mounts += _ro_binds(tuple(p for p in roots if not _under_tmp(p)))
     mounts += ["--proc", "/proc", "--dev", "/dev"]
     mounts += ["--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp"]
+    mounts += _ro_binds(tuple(p for p in roots if _under_tmp(p)))
     mounts += ["--perms", "0444", "--file", str(code_fd), CODE_PATH, "--chdir", "/tmp"]
     mounts += ["--remount-ro", "/dev", "--remount-ro", "/"]  # bwrap's own tmpfs roots are unbounded: freeze them
     env = ["--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     for key, value in _ENV.items():
         env += ["--setenv", key, value]
     session = ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    config = {"rlimits": limits.rlimits(_HELPERS), "uid": uid, "status_fd": status_fd, "argv": final}
+    if guards.seccomp_fd is not None:
+        session += ["--seccomp", str(guards.seccomp_fd)]
+    config = {
+        "rlimits": limits.rlimits(_HELPERS),
+        "uid": uid,
+        "status_fd": status_fd,
+        "argv": final,
+        "cgroup_fds": list(guards.cgroup_fds),
+        "tmp": f"size={limits.tmp_mib << 20},nr_inodes={limits.tmp_inodes},mode=1777",
+        "tmp_binds": [p for p in _bind_order(roots) if _under_tmp(p)],
+    }
     launcher = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
     return [bwrap, *namespaces, *session, *mounts, *env, "--", *launcher]
 
 
+@functools.cache
+def cgroup_host() -> CgroupHost | str:
+    """Where this process makes per-sandbox cgroups, or why it cannot (measured once per process)."""
+    return find_cgroup_host()
+
+
+def _guards(limits: SandboxLimits, stack: contextlib.ExitStack) -> tuple[Guards, Enforcement]:
+    """A cgroup for the run if policy and host allow, else the fallback's seccomp filter (see the module docstring)."""
+    host = cgroup_host() if limits.cgroup != "off" else "cgroup='off' in SandboxLimits"
+    if isinstance(host, CgroupHost):
+        _announce(f"sandbox: each run gets a {host.kind} cgroup under {host.memory_dir} (memory + pids budget)")
+        fds = stack.enter_context(sandbox_cgroup(host, limits.budget_mib << 20, limits.max_processes + _HELPERS))
+        return Guards(cgroup_fds=fds), host.kind
+    if limits.cgroup == "require":
+        raise SandboxUnavailable(f"SandboxLimits(cgroup='require') but no cgroup is usable here: {host}")
+    if limits.cgroup == "auto":
+        _announce(
+            f"sandbox: no cgroup usable ({host}); falling back to per-process rlimits: memory is bounded per "
+            "process (memory_mib), not per sandbox (up to max_processes x memory_mib), memfd/SysV shm are refused"
+        )
+    program = memfd_guard()
+    if program is None:
+        return Guards(), "rlimits"
+    fd = os.memfd_create("seccomp")
+    stack.callback(os.close, fd)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return Guards(seccomp_fd=fd), "rlimits"
+
+
+@functools.cache
+def _announce(line: str) -> None:
+    """Say once per process how the sandbox is bounded: a user must know when it is only the fallback."""
+    (_LOG.info if line.startswith("sandbox: each run") else _LOG.warning)(line)
+
+
 @contextlib.contextmanager
 def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str) -> Iterator[Launch]:
-    """Files, pipes and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback."""
+    """Files, pipes, the cgroup and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback."""
     status_r, status_w = os.pipe()
     os.set_blocking(status_r, False)
     with contextlib.ExitStack() as stack:
@@ -205,9 +293,10 @@ def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str)
                 f.write(code.encode("utf-8", errors="surrogatepass"))
             final = [python, "-I", "-u", "main.py"]
             config = {"rlimits": limits.rlimits(), "uid": None, "status_fd": status_w, "argv": final}
+            config.update(cgroup_fds=[], tmp=None, tmp_binds=[])
             argv = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
             env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
-            yield Launch(argv, (status_w,), workdir, env, status_r, isolated=False)
+            yield Launch(argv, (status_w,), workdir, env, status_r, isolated=False, enforcement="none")
             return
         code_fd = os.memfd_create("main.py")
         stack.callback(os.close, code_fd)
@@ -218,8 +307,10 @@ def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str)
             pool = _uid_pool()
             uid = pool.acquire()
             stack.callback(pool.release, uid)
-        argv = bwrap_argv(bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid)
-        yield Launch(argv, (code_fd, status_w), "/", None, status_r, isolated=True)
+        guards, enforcement = _guards(limits, stack)
+        argv = bwrap_argv(bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid, guards=guards)
+        fds = (code_fd, status_w, *guards.cgroup_fds, *([guards.seccomp_fd] if guards.seccomp_fd is not None else []))
+        yield Launch(argv, fds, "/", dict(_BWRAP_ENV), status_r, isolated=True, enforcement=enforcement)
 
 
 def _check_uid_map(base: int, count: int) -> None:

@@ -15,11 +15,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 Status = Literal["ok", "error", "timeout", "killed", "output_limit", "sandbox_failure"]
+Enforcement = Literal["cgroup2", "cgroup1", "rlimits", "none"]
+"""How the sandbox's total memory and process budget was enforced for a run: a cgroup (v2 or v1) of its own
+(every process and every memory-backed file counted together), per-process rlimits only (the fallback, see
+:mod:`harmonyrl.sandbox.bwrap`), or ``none`` (the unsafe opt-in, no isolation at all)."""
+CgroupPolicy = Literal["auto", "require", "off"]
 MODEL_STATUSES: frozenset[Status] = frozenset({"ok", "error", "timeout", "killed", "output_limit"})
 """Outcomes caused by the model's code. Everything else (``sandbox_failure``) is an environment fault."""
 
 _MIB = 1 << 20
 MIN_MEMORY_MIB = 32
+MIN_OPEN_FILES = 16
 
 
 class SandboxUnavailable(RuntimeError):
@@ -40,11 +46,21 @@ class SandboxLimits:
         timeout_s: Wall-clock limit, measured from process start; exceeded → status ``timeout``.
         cpu_s: CPU seconds per process (RLIMIT_CPU; SIGXCPU, then SIGKILL a second later) → ``killed``.
         memory_mib: Address space per process (RLIMIT_AS). Allocations fail with MemoryError.
-        max_processes: Processes and threads the code may have at once (RLIMIT_NPROC, per sandbox).
+        max_processes: Processes and threads the code may have at once (RLIMIT_NPROC, per sandbox; also
+            the cgroup's ``pids.max`` when there is one).
         max_file_mib: Largest file the code may write (RLIMIT_FSIZE).
         tmp_mib: Size of the private writable ``/tmp`` (the only writable place), so many files cannot
             exhaust host memory either.
         max_output_bytes: stdout + stderr kept; beyond it the process is stopped → ``output_limit``.
+        max_open_files: Open file descriptors per process (RLIMIT_NOFILE).
+        tmp_inodes: Files and directories the private ``/tmp`` may hold (tmpfs ``nr_inodes``): empty files
+            cost kernel memory that ``tmp_mib`` does not count.
+        total_memory_mib: Memory of the whole sandbox — all its processes, its ``/tmp`` and memory-backed
+            files (``memfd``, shared memory) together — enforced by a cgroup of its own where the host
+            offers one (``None``: ``memory_mib + tmp_mib``). Past it the kernel kills a process → ``killed``.
+        cgroup: ``auto`` uses a per-sandbox cgroup when the host offers one and falls back to rlimits (with
+            a one-time warning naming why); ``require`` refuses to run without one (:class:`SandboxUnavailable`);
+            ``off`` always uses the fallback. :attr:`SandboxResult.enforcement` says which was used.
     """
 
     timeout_s: float = 10.0
@@ -54,15 +70,30 @@ class SandboxLimits:
     max_file_mib: int = 16
     tmp_mib: int = 64
     max_output_bytes: int = 16_384
+    max_open_files: int = 256
+    tmp_inodes: int = 4096
+    total_memory_mib: int | None = None
+    cgroup: CgroupPolicy = "auto"
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not value > 0:
+            if isinstance(value, (int, float)) and not value > 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got {value!r}")
         if self.memory_mib < MIN_MEMORY_MIB:  # below it Python fails to start, which would look like the code's error
             raise ValueError(
                 f"SandboxLimits.memory_mib must be at least {MIN_MEMORY_MIB} (Python needs ~16 MiB to start)"
             )
+        if self.max_open_files < MIN_OPEN_FILES:  # Python opens a few files to start; below that it cannot run
+            raise ValueError(f"SandboxLimits.max_open_files must be at least {MIN_OPEN_FILES}")
+        if self.budget_mib < MIN_MEMORY_MIB:
+            raise ValueError(f"SandboxLimits.total_memory_mib must be at least {MIN_MEMORY_MIB}")
+        if self.cgroup not in ("auto", "require", "off"):
+            raise ValueError(f"SandboxLimits.cgroup must be 'auto', 'require' or 'off', got {self.cgroup!r}")
+
+    @property
+    def budget_mib(self) -> int:
+        """The whole sandbox's memory budget (the cgroup's limit): ``total_memory_mib`` or its default."""
+        return self.total_memory_mib if self.total_memory_mib is not None else self.memory_mib + self.tmp_mib
 
     def rlimits(self, extra_processes: int = 0) -> dict[str, tuple[int, int]]:
         """The limits as ``resource.setrlimit`` arguments, keyed by constant name (JSON-friendly for the launcher).
@@ -77,6 +108,7 @@ class SandboxLimits:
             "RLIMIT_NPROC": (nproc, nproc),
             "RLIMIT_FSIZE": (self.max_file_mib * _MIB, self.max_file_mib * _MIB),
             "RLIMIT_CORE": (0, 0),
+            "RLIMIT_NOFILE": (self.max_open_files, self.max_open_files),
         }
 
 
@@ -86,7 +118,8 @@ class SandboxResult:
 
     ``exit_code`` is the program's exit status, ``128 + signal`` when a signal ended it (bubblewrap's
     convention), ``None`` when it was stopped for a limit (timeout, output), and bubblewrap's own status for a
-    ``sandbox_failure``. ``isolated`` is False only for the opt-in unsafe fallback.
+    ``sandbox_failure``. ``isolated`` is False only for the opt-in unsafe fallback. ``enforcement`` says how
+    the whole sandbox's memory and processes were bounded (a cgroup, or per-process rlimits only).
     """
 
     status: Status
@@ -96,6 +129,7 @@ class SandboxResult:
     duration_s: float
     truncated: bool
     isolated: bool = True
+    enforcement: Enforcement = "rlimits"
 
     @property
     def env_fault(self) -> bool:

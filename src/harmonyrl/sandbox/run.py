@@ -22,7 +22,14 @@ import warnings
 from dataclasses import dataclass
 
 from harmonyrl.sandbox.bwrap import Launch, check_sandbox, prepare
-from harmonyrl.sandbox.limits import SandboxLimits, SandboxResult, SandboxUnavailable, Status, UnsafeExecutionWarning
+from harmonyrl.sandbox.limits import (
+    Enforcement,
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailable,
+    Status,
+    UnsafeExecutionWarning,
+)
 
 DEFAULT_LIMITS = SandboxLimits()
 _CHUNK = 1 << 16
@@ -67,7 +74,9 @@ async def run_python(
             return await _execute(launch, stdin.encode("utf-8", errors="replace"), limits)
     except OSError as e:  # no process could be started at all (pipes, memfd, fork): the environment's fault
         detail = f"sandbox could not be set up: {e}"
-        return SandboxResult("sandbox_failure", None, "", detail, time.monotonic() - start, False, path is not None)
+        took, isolated = time.monotonic() - start, path is not None
+        enforced: Enforcement = "rlimits" if isolated else "none"
+        return SandboxResult("sandbox_failure", None, "", detail, took, False, isolated, enforced)
 
 
 @functools.cache
@@ -115,7 +124,8 @@ async def _execute(launch: Launch, stdin: bytes, limits: SandboxLimits) -> Sandb
     if status == "sandbox_failure":
         reason = f"did not start within {limits.timeout_s:g}s" if timed_out else f"exit {proc.returncode}"
         stderr = f"sandbox failed to start ({reason}): {stderr.strip()}"
-    return SandboxResult(status, exit_code, stdout, stderr, duration, output.cut is not None, launch.isolated)
+    truncated = output.cut is not None
+    return SandboxResult(status, exit_code, stdout, stderr, duration, truncated, launch.isolated, launch.enforcement)
 
 
 async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes, output: _Output) -> None:
