@@ -232,7 +232,7 @@ def test_a_read_only_output_folder_is_one_line(tmp_path: Path, monkeypatch: pyte
     def refuse(config: object) -> Path:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "r"))
 
-    monkeypatch.setattr(loop_module, "open_run", lambda config, tok, resume: refuse(config))
+    monkeypatch.setattr(loop_module, "open_run", lambda config, *_: refuse(config))
     text = one_line_error(runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=r"]))
     assert f"cannot write '{tmp_path / 'r'}': Read-only file system" in text
 
