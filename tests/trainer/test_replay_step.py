@@ -108,8 +108,9 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     for step in (1, 2):
         episodes = _step_episodes(config, step)
         write_step(step_path(path, step), step, episodes)
-        metrics.append(learner.update(episodes))
-        assert not metrics[-1]["train/skipped"]
+        update = learner.update(episodes)
+        assert update.applied and not update.metrics["train/skipped"]
+        metrics.append(update.metrics)
         after.append({k: v.detach().clone() for k, v in model.state_dict().items()})
         save_progress(path, model, "rl", step, learner.optimizer, learner=learner.extra_state())
         if step == 1:
