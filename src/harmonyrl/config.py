@@ -48,15 +48,12 @@ class SFTConfig(Frozen):
     """Optimizer steps of supervised warm start on expert demonstrations (0 skips SFT)."""
     batch_size: int = Field(16, ge=1)
     lr: float = Field(1e-3, gt=0)
-    """Peak learning rate. At 3e-3 the micro model often never learns to copy numbers (a plateau at loss ~0.6
-    for 1500 steps); at 1e-3 copying forms within ~200 steps."""
+    """Peak learning rate of the warm start (why 1e-3: docs/tuning.md)."""
     warmup_steps: int = Field(20, ge=0)
     checkpoint_every: int = Field(50, ge=1)
     """SFT steps between resumable checkpoints (``checkpoints/last``); RL checkpoints after every step."""
     p_tool: float = Field(0.8, ge=0, le=1)
-    """Probability that the scripted expert uses the tool (otherwise it guesses). Below ~0.8 the micro model
-    sees too few copy examples to learn to copy numbers within the default SFT budget (measured: p_tool 0.5,
-    400 steps → 0 % held-out success)."""
+    """Probability that the scripted expert uses the tool (otherwise it guesses; why 0.8: docs/tuning.md)."""
     p_verbose: float = Field(0.3, ge=0, le=1)
     """Probability that a tool-using demonstration answers in a sentence ("The answer is 42.") instead of the
     bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
@@ -90,8 +87,8 @@ class RolloutConfig(Frozen):
     engine_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the embedded engine (the trainer stays fp32); the gap shows in ``mismatch/*``."""
     engine_kernel: Literal["auto", "native", "torch"] = "auto"
-    """Engine decode step: the compiled C step (native: ~4x faster per step, fp32 only, built at install), eager
-    torch (torch), or native where it can run and torch elsewhere (auto)."""
+    """Engine decode step: the compiled C step (native: fp32 only, built at install), eager torch (torch), or
+    native where it can run and torch elsewhere (auto)."""
     prefix_cache_mib: float = Field(256.0, ge=0, allow_inf_nan=False)
     """Engine memory for cached prompt prefixes: environments' shared heads and finished turns, so an agent's
     next turn prefills only the tool result (least recently used dropped first; 0 turns caching off)."""
@@ -114,11 +111,9 @@ class RLConfig(Frozen):
     ``advantage`` × ``loss`` × ``aggregation``, plus KL, entropy, rollout correction and stability guards."""
 
     steps: int = Field(60, ge=0)
-    """RL steps; the default run's held-out pass@1 plateaus around step 50-60 (measured, seed 0)."""
+    """RL steps (rollout, then update) after the warm start (why 60: docs/tuning.md)."""
     lr: float = Field(1e-4, gt=0)
-    """Measured on the default task (same warm start, 70 steps): 3e-4 fixes the tool and format decisions but
-    erodes the copying skill (held-out greedy 90.5 % → 55 %, sampled 30 → 44 %); 1e-4 learns the decisions
-    and keeps the skill (greedy 90.5 → 87.5 %, sampled 30 → 66 %)."""
+    """Learning rate of the RL optimizer (AdamW; why 1e-4: docs/tuning.md)."""
     advantage: Advantage = GRPO()
     loss: PolicyLoss = PPOClip()
     aggregation: AggregationMode = "token-mean"
@@ -126,8 +121,7 @@ class RLConfig(Frozen):
     kl: KLControl = KLControl()
     entropy_coef: float = Field(0.0, ge=0)
     correction: RolloutCorrectionConfig = RolloutCorrectionConfig()
-    """Importance weights / rejection against the sampler-trainer gap (off by default: on this CPU the gap
-    is ~1e-6, see ``mismatch/*``)."""
+    """Importance weights / rejection against the sampler-trainer gap (``mismatch/*``); off by default."""
     guards: Guards = Guards()
     epochs: int = Field(1, ge=1)
     minibatches: int = Field(1, ge=1)

@@ -10,20 +10,10 @@ from typer.testing import CliRunner
 
 from harmonyrl.cli import app
 from harmonyrl.engine.native import isa
+from tiny_run import tiny_run
 
 runner = CliRunner()
-TINY = [
-    "model.preset=nano",
-    "sft.steps=3",
-    "sft.batch_size=4",
-    "rl.steps=2",
-    "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=24",
-    "eval.n_tasks=4",
-    "env.n_train=64",
-    "env.n_test=8",
-]
+TINY = tiny_run()
 
 
 def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:

@@ -4,23 +4,20 @@ episode exactly as a real fault of that kind does."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
 
 import pytest
-import torch
 
+from fakes import calculator_solver
 from harmonyrl.config import ConfigError, load_config
 from harmonyrl.envs.faults import EXPECTED_FAILURE, FaultInjector, InjectedKind, inject_faults, injected_metrics
-from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import RolloutResult, group_requests, run_episodes
-from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
+from harmonyrl.tasks.calculator import CalculatorFactory
 from harmonyrl.trainer.setup import with_faults
-from harmonyrl.types import Generation, Message, SamplingParams
+from harmonyrl.types import SamplingParams
 
 TOK = HarmonyTokenizer.load_default()
 BASE = CalculatorFactory(seed=0, n_train=8, n_test=2)
@@ -28,28 +25,10 @@ PARAMS = SamplingParams(stop_ids=TOK.special.stop_ids)
 LIMITS = EpisodeLimits(max_turns=4, max_new_tokens=64, max_seq_len=512, timeout_s=1.0)  # ends injected hangs
 
 
-class Solver:
-    """Calls the calculator with the task's expression, then answers with the task's answer."""
-
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        text = TOK.decode(prompt_ids)
-        task = next(t for split in ("train", "test") for t in BASE.tasks(split) if t.prompt in text)  # type: ignore[arg-type]
-        if "<|call|>" in text:
-            msg = Message("assistant", task.answer, "final")
-        else:
-            args = json.dumps({"expression": expression_of(task)})
-            msg = Message("assistant", args, "commentary", "functions.calculator", content_type="json")
-        ids = render_completion(TOK, [msg])
-        return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop")
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def close(self) -> None: ...
-
-
 def roll(factory: FaultInjector, split: str = "train", group: int = 4, retries: int = 0) -> RolloutResult:
     reqs = group_requests(BASE.tasks(split)[:2], group, base_seed=0)  # type: ignore[arg-type]
-    return asyncio.run(run_episodes(Solver(), factory, TOK, reqs, PARAMS, LIMITS, 16, retries))
+    solver = calculator_solver(TOK, [*BASE.tasks("train"), *BASE.tasks("test")])
+    return asyncio.run(run_episodes(solver, factory, TOK, reqs, PARAMS, LIMITS, 16, retries))
 
 
 def test_rate_is_met_and_decisions_are_deterministic_under_the_seed() -> None:

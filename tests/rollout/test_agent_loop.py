@@ -3,41 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
-import torch
 
+from fakes import ScriptedEngine
 from harmonyrl.harmony.render import render_completion, render_training
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits, initial_messages, run_episode
 from harmonyrl.rollout.scheduler import EpisodeRequest, run_episodes
 from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
-from harmonyrl.types import Generation, Message, SamplingParams, StepResult
+from harmonyrl.types import Message, SamplingParams, StepResult
 
 TOK = HarmonyTokenizer.load_default()
 FACTORY = CalculatorFactory(seed=0, n_train=50, n_test=10)
 TASK = FACTORY.tasks("train")[0]
 LIMITS = EpisodeLimits(max_turns=4, max_new_tokens=64, max_seq_len=512)
 PARAMS = SamplingParams(stop_ids=TOK.special.stop_ids)
-
-
-class ScriptedEngine:
-    """Returns pre-made completions in order, with log-prob -0.5 for every token."""
-
-    def __init__(self, completions: Sequence[list[int]]) -> None:
-        self.completions = list(completions)
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        self.prompts.append(list(prompt_ids))
-        ids = self.completions.pop(0)[: params.max_new_tokens]
-        stop = bool(ids) and ids[-1] in params.stop_ids
-        return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop" if stop else "length")
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 def call_msg(expr: str) -> Message:

@@ -10,18 +10,18 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
-import torch
 
+from fakes import ScriptedEngine, calculator_solver
 from harmonyrl.envs.tools import Tool, Toolbox
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, group_requests, run_episodes
-from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory, expression_of
-from harmonyrl.types import Failure, Generation, Message, SamplingParams, StepResult, Task
+from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
+from harmonyrl.types import Failure, Message, SamplingParams, StepResult, Task
 
 TOK = HarmonyTokenizer.load_default()
 TASKS = CalculatorFactory(seed=0, n_train=20, n_test=1).tasks("train")
@@ -41,26 +41,7 @@ def final_ids(text: str) -> list[int]:
     return render_completion(TOK, [Message("assistant", text, "final")])
 
 
-class PlanEngine:
-    """Completions chosen by the episode's state: the first turn calls the tool, later turns answer.
-
-    The plan is a function of the prompt (how many turns it already holds), so concurrent episodes each get
-    their own script whatever the scheduling order."""
-
-    def __init__(self, turns: Callable[[Sequence[int]], list[int]]) -> None:
-        self.turns = turns
-
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        ids = self.turns(prompt_ids)[: params.max_new_tokens]
-        stop = bool(ids) and ids[-1] in params.stop_ids
-        return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop" if stop else "length")
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-def call_then_answer(first: list[int]) -> PlanEngine:
+def call_then_answer(first: list[int]) -> ScriptedEngine:
     """Turn 1: ``first``; every later turn: the task's correct answer, read off the prompt's expression."""
 
     def turns(prompt: Sequence[int]) -> list[int]:
@@ -70,18 +51,11 @@ def call_then_answer(first: list[int]) -> PlanEngine:
         task = next(t for t in TASKS if t.prompt in text)
         return final_ids(task.answer)
 
-    return PlanEngine(turns)
+    return ScriptedEngine(turns)
 
 
-def correct_call_engine() -> PlanEngine:
-    def turns(prompt: Sequence[int]) -> list[int]:
-        text = TOK.decode(prompt)
-        task = next(t for t in TASKS if t.prompt in text)
-        if "<|call|>" in text:
-            return final_ids(task.answer)
-        return call_ids(json.dumps({"expression": expression_of(task)}))
-
-    return PlanEngine(turns)
+def correct_call_engine() -> ScriptedEngine:
+    return calculator_solver(TOK, TASKS)
 
 
 class ToolFactory:
@@ -99,7 +73,7 @@ class ToolFactory:
         return CalculatorEnv(task, self.toolbox)
 
 
-def rollout(factory: object, engine: PlanEngine, budget: float | None, n: int = 1, **kw: int) -> RolloutResult:
+def rollout(factory: object, engine: ScriptedEngine, budget: float | None, n: int = 1, **kw: int) -> RolloutResult:
     reqs = [EpisodeRequest(TASKS[i], i, i) for i in range(n)]
     return asyncio.run(run_episodes(engine, factory, TOK, reqs, PARAMS, limits(budget), kw.pop("conc", 8), **kw))  # type: ignore[arg-type]
 

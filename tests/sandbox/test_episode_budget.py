@@ -8,11 +8,11 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import torch
 from sandbox_helpers import LIMITS, eventually, needs_bwrap, pids_with
 
+from fakes import ScriptedEngine
 from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.harmony.render import render_completion
@@ -20,25 +20,17 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import EpisodeRequest, run_episodes
 from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
-from harmonyrl.types import Failure, Generation, Message, SamplingParams, Task
+from harmonyrl.types import Failure, Message, SamplingParams, Task
 
 TOK = HarmonyTokenizer.load_default()
 TASK = CalculatorFactory(seed=0, n_train=1, n_test=1).tasks("train")[0]
 
 
-class OneCall:
+def one_call(code: str) -> ScriptedEngine:
     """An engine that calls the python tool with ``code`` (the episode never gets further)."""
-
-    def __init__(self, code: str) -> None:
-        msg = Message("assistant", json.dumps({"code": code}), "commentary", "functions.python", content_type="json")
-        self.ids = render_completion(TOK, [msg])
-
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        return Generation(tuple(self.ids), tuple([-0.5] * len(self.ids)), "stop")
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def close(self) -> None: ...
+    msg = Message("assistant", json.dumps({"code": code}), "commentary", "functions.python", content_type="json")
+    ids = render_completion(TOK, [msg])
+    return ScriptedEngine(lambda _prompt: ids)
 
 
 class PythonFactory:
@@ -70,7 +62,7 @@ os.execv("/usr/bin/sleep", ["sleep", "{token}2"])
     limits = EpisodeLimits(max_turns=2, max_new_tokens=256, max_seq_len=1024, timeout_s=4.0)
     params = SamplingParams(stop_ids=TOK.special.stop_ids)
     request = EpisodeRequest(TASK, 0, 0)
-    out = asyncio.run(run_episodes(OneCall(code), PythonFactory(), TOK, [request], params, limits, 1))  # type: ignore[arg-type]
+    out = asyncio.run(run_episodes(one_call(code), PythonFactory(), TOK, [request], params, limits, 1))  # type: ignore[arg-type]
     watcher.join()
     assert seen.is_set(), "the sandboxed sleeps never started"
     assert out.trajectories[0].failure == Failure("episode_timeout", "exceeded its 4 s wall-clock budget")

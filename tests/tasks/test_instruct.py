@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
+from fakes import ScriptedEngine
 from harmonyrl.cli import app
 from harmonyrl.config import load_config
 from harmonyrl.envs.checker import assert_env_ok
@@ -33,7 +33,7 @@ from harmonyrl.tasks.instruct import (
     topic_of,
     write,
 )
-from harmonyrl.types import Generation, Message, SamplingParams, StepResult, Task
+from harmonyrl.types import Message, SamplingParams, StepResult, Task
 
 
 def small() -> InstructFactory:
@@ -169,19 +169,6 @@ def test_task_file_loads_and_errors_name_the_line(tmp_path: Path) -> None:
     path.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[0], "id": "z", "split": "test"}) + "\n")
     with pytest.raises(TaskFileError, match=r":2: same task also in the train split \(line 1\)"):
         InstructFactory(tasks_file=path)
-
-
-class ScriptedEngine:
-    def __init__(self, completions: Sequence[list[int]]) -> None:
-        self.completions = list(completions)
-
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        ids = self.completions.pop(0)
-        return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop")
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 def test_zero_tool_env_renders_and_runs_in_the_agent_loop() -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
+from fakes import ScriptedEngine
 from harmonyrl.cli import app
 from harmonyrl.config import load_config
 from harmonyrl.envs.checker import assert_env_ok
@@ -21,7 +21,7 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits, run_episode
 from harmonyrl.tasks.factory import expert_for, make_factory
 from harmonyrl.tasks.maze import STEP, Maze, MazeFactory, canonical_key, expert_demo
-from harmonyrl.types import Generation, Message, SamplingParams, StepResult, Task
+from harmonyrl.types import Message, SamplingParams, StepResult, Task
 
 
 def small() -> MazeFactory:
@@ -163,19 +163,6 @@ def test_expert_walks_the_shortest_path_or_recovers_from_mistakes() -> None:
     assert sum(e.info["bumps"] for e in ends) > 10 and sum(e.info["moves"] > e.info["shortest"] for e in ends) > 10
     assert sum(e.reward for e in ends) >= 55  # mistakes cost turns; the 40-turn budget rarely runs out
     assert expert_demo(TRAIN[1], random.Random(3)) == expert_demo(TRAIN[1], random.Random(3))
-
-
-class ScriptedEngine:
-    def __init__(self, completions: Sequence[list[int]]) -> None:
-        self.completions = list(completions)
-
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        ids = self.completions.pop(0)
-        return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop")
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 def test_long_episode_through_the_agent_loop() -> None:

@@ -12,7 +12,7 @@ from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import collate, score
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.types import Trajectory
+from harmonyrl.types import Failure, Trajectory
 
 VOCAB = 97
 HEAD = tuple(range(1, 41))  # a shared 40-token prompt (the env's system + developer messages)
@@ -49,8 +49,9 @@ def test_named_algorithm_makes_rewarded_episodes_more_likely(name: str) -> None:
     trajs = _episodes()
     before = _seq_logp(learner.model, trajs)
     for _ in range(3):
-        metrics = learner.update(trajs)
-        assert metrics["guard/skipped"] == 0.0 and metrics["train/skipped"] == 0.0
+        update = learner.update(trajs)
+        assert update.applied and update.skip_reason is None
+        assert update.metrics["guard/skipped"] == 0.0 and update.metrics["train/skipped"] == 0.0
     gain = _seq_logp(learner.model, trajs) - before
     rewarded = torch.tensor([t.reward > 0 for t in trajs])
     assert gain[rewarded].mean() > gain[~rewarded].mean() + 0.05, (name, gain)
@@ -58,14 +59,14 @@ def test_named_algorithm_makes_rewarded_episodes_more_likely(name: str) -> None:
 
 def test_first_update_is_exactly_on_policy_with_a_critic() -> None:
     learner = _learner(ALGORITHMS["ppo"])
-    metrics = learner.update(_episodes())
+    metrics = learner.update(_episodes()).metrics
     assert metrics["train/ratio_max_dev_first_mb"] == 0.0 and metrics["train/value_loss"] > 0
 
 
 def test_value_head_learns_the_returns() -> None:
     learner = _learner(ALGORITHMS["ppo"], epochs=1)
     trajs = _episodes()
-    losses = [learner.update(trajs)["train/value_loss"] for _ in range(8)]
+    losses = [learner.update(trajs).metrics["train/value_loss"] for _ in range(8)]
     assert losses[-1] < 0.7 * losses[0]  # measured: 0.148 → 0.084 in 8 updates
 
 
@@ -78,8 +79,9 @@ def test_grad_norm_guard_rolls_the_step_back(name: str) -> None:
     learner = _learner(ALGORITHMS[name], guards={"max_grad_norm": 1e-9}, epochs=2, minibatches=2)
     before = _params(learner.model)
     opt_before = {k: dict(v) for k, v in learner.optimizer.state_dict()["state"].items()}
-    metrics = learner.update(_episodes())
-    assert metrics["guard/skipped"] == 1.0 and metrics["guard/trip_grad_norm"] == 1.0
+    update = learner.update(_episodes())
+    assert not update.applied and update.skip_reason == "guard"
+    assert update.metrics["guard/skipped"] == 1.0 and update.metrics["guard/trip_grad_norm"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.model), strict=True))
     assert learner.optimizer.state_dict()["state"].keys() == opt_before.keys()  # no Adam moments were taken
 
@@ -88,21 +90,21 @@ def test_nan_reward_is_skipped_not_applied() -> None:
     learner = _learner(ALGORITHMS["ppo"])
     trajs = [dataclasses.replace(t, reward=float("nan")) if i == 0 else t for i, t in enumerate(_episodes())]
     before = _params(learner.model)
-    metrics = learner.update(trajs)
+    metrics = learner.update(trajs).metrics
     assert metrics["guard/skipped"] == 1.0 and metrics["guard/trip_nonfinite_loss"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.model), strict=True))
 
 
 def test_entropy_guard_trips_on_a_peaked_policy() -> None:
     learner = _learner(ALGORITHMS["grpo"], guards={"min_entropy": 50.0})  # above log(97): always trips
-    metrics = learner.update(_episodes())
+    metrics = learner.update(_episodes()).metrics
     assert metrics["guard/skipped"] == 1.0 and metrics["guard/trip_entropy_low"] == 1.0
 
 
 def test_kl_guard_uses_the_live_kl_to_the_reference() -> None:
     learner = _learner(ALGORITHMS["grpo"], guards={"max_kl": 1e-12}, epochs=3)
     before = _params(learner.model)
-    metrics = learner.update(_episodes())  # the 2nd epoch already differs from the reference
+    metrics = learner.update(_episodes()).metrics  # the 2nd epoch already differs from the reference
     assert metrics["guard/skipped"] == 1.0 and metrics["guard/trip_kl"] == 1.0
     # the 1st epoch's update was applied before the trip: the snapshot must undo it
     assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.model), strict=True))
@@ -112,7 +114,7 @@ def test_soft_q_replays_old_episodes_and_tunes_alpha() -> None:
     learner = _learner(ALGORITHMS["sac"], loss={"kind": "soft_q", "replay_batch": 8, "target_entropy": 10.0})
     trajs = _episodes()
     learner.update(trajs[:6])
-    metrics = learner.update(trajs[6:])
+    metrics = learner.update(trajs[6:]).metrics
     assert metrics["replay/size"] == 12.0
     # entropy is far below the 10-nat target: the temperature rises
     assert metrics["train/alpha"] > SoftQ().alpha
@@ -121,12 +123,25 @@ def test_soft_q_replays_old_episodes_and_tunes_alpha() -> None:
 def test_kl_as_reward_and_as_loss_both_run_and_report() -> None:
     for use in ("loss", "reward"):
         learner = _learner(ALGORITHMS["reinforce_pp"], kl={"coef": 0.1, "use": use}, epochs=2)
-        metrics = learner.update(_episodes())
+        metrics = learner.update(_episodes()).metrics
         assert metrics["train/kl_ref_live_k3"] > 0 and metrics["guard/skipped"] == 0.0
 
 
 def test_rejection_correction_removes_mismatched_tokens() -> None:
     # sampler log-probs of -4.5 vs a near-uniform nano model (log 1/97 ≈ -4.57): a tight threshold rejects
     learner = _learner(ALGORITHMS["grpo"], correction={"rejection": {"level": "sequence", "threshold": 1e-6}})
-    metrics = learner.update(_episodes())
+    metrics = learner.update(_episodes()).metrics
     assert metrics["mismatch/rejected_seq_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("name", ["grpo", "sac"])
+def test_nothing_trainable_is_a_typed_skip_that_changes_nothing(name: str) -> None:
+    # grpo: every group rewarded alike (all dropped as zero-variance); sac: every episode failed, buffer empty
+    learner = _learner(ALGORITHMS[name])
+    same = [dataclasses.replace(t, reward=1.0) for t in _episodes()]
+    failed = [dataclasses.replace(t, failure=Failure("tool_crash", "boom")) for t in _episodes()]
+    before = _params(learner.model)
+    update = learner.update(same if name == "grpo" else failed)
+    assert not update.applied and update.skip_reason == "nothing_trainable"
+    assert update.metrics["train/skipped"] == 1.0 and "guard/skipped" not in update.metrics
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.model), strict=True))

@@ -9,16 +9,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tiny_run import tiny_run
+
 # A warm start that always uses the tool (80 steps at a high learning rate: the nano model then calls the
 # calculator in some episodes), and half the tool calls failing, so that both kinds are hit in two steps.
-CONFIG = [
-    "model.preset=nano",
+CONFIG = tiny_run(
     "sft.steps=80",
     "sft.batch_size=8",
     "sft.lr=3e-3",
     "sft.p_tool=1.0",
     "sft.p_verbose=0",
-    "rl.steps=2",
     "rollout.tasks_per_step=4",
     "rollout.group_size=4",
     "rollout.max_new_tokens=48",
@@ -30,7 +30,7 @@ CONFIG = [
     "env_faults.kinds=[tool_timeout,tool_crash]",
     "threads=1",
     "telemetry.record_rollouts=false",
-]
+)
 
 
 def by_prefix(row: dict[str, object], prefix: str) -> Counter[str]:

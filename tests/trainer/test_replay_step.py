@@ -38,6 +38,7 @@ from harmonyrl.trainer.replay_step import ReplayError, differing_tensors, replay
 from harmonyrl.trainer.resume import save_progress
 from harmonyrl.trainer.setup import load_for, make_factory, make_model, rl_start_model, setup_process
 from harmonyrl.types import Failure, Message, Trajectory, Turn
+from tiny_run import tiny_run
 
 BASE = ["model.preset=nano", "rl.steps=2", "rl.lr=0.01", "env.n_train=16", "env.n_test=4", "threads=1"]
 ALGORITHMS = {
@@ -108,8 +109,9 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     for step in (1, 2):
         episodes = _step_episodes(config, step)
         write_step(step_path(path, step), step, episodes)
-        metrics.append(learner.update(episodes))
-        assert not metrics[-1]["train/skipped"]
+        update = learner.update(episodes)
+        assert update.applied and not update.metrics["train/skipped"]
+        metrics.append(update.metrics)
         after.append({k: v.detach().clone() for k, v in model.state_dict().items()})
         save_progress(path, model, "rl", step, learner.optimizer, learner=learner.extra_state())
         if step == 1:
@@ -193,21 +195,7 @@ def test_rescore_gives_the_stored_rewards_back(run: Run) -> None:
 
 # A 3-step SFT model scores 0 everywhere and GRPO would skip every group: keep the groups and add an entropy
 # bonus, so that each RL step really changes the weights (else "bit-exact" would be trivially true).
-REAL = [
-    "model.preset=nano",
-    "sft.steps=3",
-    "sft.batch_size=4",
-    "rl.steps=2",
-    "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=24",
-    "eval.n_tasks=4",
-    "env.n_train=64",
-    "env.n_test=8",
-    "threads=1",
-    "rl.skip_zero_variance_groups=false",
-    "rl.entropy_coef=0.01",
-]
+REAL = tiny_run("threads=1", "rl.skip_zero_variance_groups=false", "rl.entropy_coef=0.01")
 
 
 @pytest.fixture(scope="module")

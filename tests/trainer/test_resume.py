@@ -12,21 +12,16 @@ from pathlib import Path
 
 import pytest
 
-TINY = [
-    "model.preset=nano",
+from tiny_run import tiny_run
+
+TINY = tiny_run(
     "sft.steps=12",
-    "sft.batch_size=4",
     "sft.checkpoint_every=5",
     "rl.steps=6",
-    "rollout.tasks_per_step=2",
     "rollout.group_size=4",
-    "rollout.max_new_tokens=24",
-    "eval.n_tasks=4",
     "eval.samples_per_task=2",
-    "env.n_train=64",
-    "env.n_test=8",
     "threads=1",
-]
+)
 VOLATILE = ("time/", "rollout/tokens_per_s", "engine/")  # wall-clock and batching: depend on the machine
 
 

@@ -92,7 +92,7 @@ def test_on_policy_ratio_is_exactly_one_on_moe_model(make_batch: Callable[[], li
     prepared = prepare(make_batch(), cfg, pad_id=0)
     assert prepared is not None
     assert single_pass(cfg, prepared.batch.size, None) == (epochs == 1)
-    metrics = rl_update(model, opt, prepared, cfg, ref_model=None)
+    metrics = rl_update(model, opt, prepared, cfg, ref_model=None).metrics
     assert metrics["train/ratio_max_dev_first_mb"] == 0.0
     assert metrics["train/grad_norm"] > 0
     if epochs == 1:  # a second epoch runs after an update: its ratios may clip
@@ -158,7 +158,7 @@ def test_sampler_trainer_gap_is_reported() -> None:
         trainer = score(model.eval(), b.input_ids, b.attention_mask).logprobs
     m = b.loss_mask.bool()
     expected = float((b.sampler_logprobs - trainer)[m].mean())
-    metrics = rl_update(model, torch.optim.AdamW(model.parameters()), prepared, RLConfig(), ref_model=None)
+    metrics = rl_update(model, torch.optim.AdamW(model.parameters()), prepared, RLConfig(), ref_model=None).metrics
     assert abs(metrics["mismatch/kl_k1"] - expected) < 1e-4
     assert metrics["mismatch/kl_k3"] > 0
 
@@ -186,7 +186,7 @@ def test_single_pass_update_equals_the_two_pass_update(
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         prepared = prepare(make_batch(), cfg, pad_id=0)
         assert prepared is not None
-        results.append((rl_update(model, opt, prepared, cfg, ref_model=ref), model.state_dict()))
+        results.append((rl_update(model, opt, prepared, cfg, ref_model=ref).metrics, model.state_dict()))
     (m1, w1), (m2, w2) = results
     assert m1 == m2 and "mismatch/kl_k1" in m1 and "routing/load_cv" in m1
     assert all(torch.equal(w1[k], w2[k]) for k in w1)

@@ -104,7 +104,7 @@ def test_rl_update_with_replay(setup: tuple[GptOssForCausalLM, Batch], mode: str
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     prepared = prepare(trajs, cfg, pad_id=0)
     assert prepared is not None
-    metrics = rl_update(model, opt, prepared, cfg, ref_model=None)
+    metrics = rl_update(model, opt, prepared, cfg, ref_model=None).metrics
     assert metrics["train/ratio_max_dev_first_mb"] == 0.0  # replayed passes reproduce the first pass exactly
     assert {"routing/aux_loss", "routing/load_cv", "routing/load_max_over_mean"} <= metrics.keys()
     if mode == "r3":

@@ -41,7 +41,7 @@ def test_warns_once_per_streak_after_three_and_sums_up() -> None:
     learning = _groups([[0.0, 1.0]] * 8)
     pattern = [1, 1, 0, 1, 1, 1, 1, 1, 0, 1]  # streaks of 2, 5 and 1: only the 5 reaches 3
     for skipped in pattern:
-        metrics = watch.observe({"train/skipped": float(skipped)}, stuck if skipped else learning)
+        metrics = watch.observe(skipped, stuck if skipped else learning)
         assert metrics["rollout/groups"] == 8.0
         assert metrics["rollout/equal_reward_groups"] == (8.0 if skipped else 0.0)
     assert len(warnings) == 1
@@ -54,5 +54,5 @@ def test_no_warning_and_no_summary_when_every_step_updates() -> None:
     warnings: list[str] = []
     watch = SkippedUpdates(warn=warnings.append)
     for _ in range(5):
-        watch.observe({"train/skipped": 0.0}, _groups([[0.0, 1.0]]))
+        watch.observe(False, _groups([[0.0, 1.0]]))
     assert warnings == [] and watch.summary() is None

@@ -96,9 +96,7 @@ class SoftQ(Frozen):
 
     kind: Literal["soft_q"] = "soft_q"
     alpha: float = Field(0.005, gt=0)
-    """Initial entropy temperature. The soft value of an episode is its reward plus α × its summed surprisal,
-    so α must stay well below 1 / (tokens per episode × entropy per token) or entropy outbids the reward:
-    at α = 0.1 (≈ 35 sampled tokens, 0.3 nats each) the calculator policy dissolved into noise (measured)."""
+    """Initial entropy temperature α (how to choose it: docs/tuning.md)."""
     target_entropy: float | None = Field(0.3, ge=0)
     """Nats per token that α is tuned towards; None keeps α fixed."""
     alpha_lr: float = Field(1e-2, gt=0)

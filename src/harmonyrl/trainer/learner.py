@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from harmonyrl.trainer.critic import ValueHead
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.rl import prepare, rl_update
 from harmonyrl.trainer.soft_q_learner import SoftQState, soft_q_update
+from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import Trajectory
 
 
@@ -74,9 +75,10 @@ class Learner:
             self.soft_q.alpha_optimizer.load_state_dict(state["soft_q"]["alpha_optimizer"])
             self.soft_q.replay.load_state_dict(state["soft_q"]["replay"])
 
-    def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """One RL step's update from this step's episodes. ``train/skipped`` is 1 when nothing was trainable
-        (e.g. every group solved alike); ``guard/skipped`` when a stability guard rolled the update back."""
+    def update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
+        """One RL step's update from this step's episodes. Its metrics log the skip reason too: ``train/skipped``
+        is 1 when nothing was trainable (e.g. every group solved alike); ``guard/skipped`` when a stability guard
+        rolled the update back."""
         if self.soft_q is not None:
             assert self.value_head is not None
             return soft_q_update(
@@ -85,8 +87,8 @@ class Learner:
         prepared = prepare(trajectories, self.cfg, self.pad_id)
         if prepared is None:  # still report the masked faults: the step's count must not depend on the update
             masked = sum(t.failure is not None for t in trajectories)
-            return {"train/skipped": 1.0, "train/masked_failures": float(masked)}
-        metrics = rl_update(
+            return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")
+        result = rl_update(
             self.model, self.optimizer, prepared, self.cfg, self.ref_model, self.value_head, norm=self.norm
         )
-        return metrics | {"train/skipped": 0.0}
+        return replace(result, metrics=result.metrics | {"train/skipped": 0.0})

@@ -200,9 +200,10 @@ async def _train_in(
             write_step(step_path(run_dir, step + 1), step + 1, rollout.trajectories)
         t1 = time.perf_counter()
         metrics |= engine.stats.since(engine_before, t1 - t0)
-        metrics |= learner.update(rollout.trajectories)
-        metrics |= skipped_updates.observe(metrics, rollout.trajectories)  # warns after a run of skipped updates
-        if not metrics["train/skipped"] and not metrics.get("guard/skipped", 0.0):
+        update = learner.update(rollout.trajectories)
+        metrics |= update.metrics
+        metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", rollout.trajectories)
+        if update.applied:
             engine.load_weights(model.state_dict())
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in rollout.trajectories)
@@ -229,7 +230,7 @@ async def _train_in(
             progress.stop()
             raise FaultBreakerTripped(tripped)
         progress.advance(f"reward {metrics['rollout/reward']:.2f}  tool {metrics['rollout/tool_call_rate']:.2f}")
-        skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("guard/skipped", 0.0) else 0
+        skipped_in_a_row = skipped_in_a_row + 1 if update.skip_reason == "guard" else 0
         if config.rl.guards.stop_after is not None and skipped_in_a_row >= config.rl.guards.stop_after:
             console.print(f"[red]stopping: {skipped_in_a_row} RL steps in a row skipped by stability guards[/]")
             break

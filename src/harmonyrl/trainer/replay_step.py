@@ -68,7 +68,7 @@ class RescoreRow(NamedTuple):
 
 def replay_update(learner: Learner, trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """One RL update on recorded episodes: exactly the call the training loop makes after its rollout."""
-    return learner.update(trajectories)
+    return learner.update(trajectories).metrics
 
 
 def _read_state(folder: Path) -> dict[str, Any]:

@@ -2,19 +2,23 @@
 
 The order mirrors the data flow: filter → collate → no-grad passes (old log-probs and values, reference) →
 rollout correction → token rewards (+ KL penalty) → advantages → epochs × minibatches of policy loss
-(+ value loss, KL loss, entropy bonus) → stability guards → metrics. When the update is a single pass that
-nothing before the loss reads old log-probs for (:func:`single_pass`, the default config), that pass
-supplies them and the no-grad pass is skipped. The first pass also records the MoE routing
-(``routing/*`` metrics); with ``routing_replay`` r2 / r3 every pass routes by a fixed record
-(:mod:`harmonyrl.trainer.routing_replay`). The math lives in :mod:`harmonyrl.algorithms`;
-which function runs is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft-Q row
-has its own update in :mod:`harmonyrl.trainer.soft_q_learner`.
+(+ value loss, KL loss, entropy bonus) → stability guards → metrics. :func:`rl_update` reads as those steps:
+:func:`old_policy`, :func:`loss_targets`, ``_optimize`` (each ``_optimizer_step`` runs ``_micro_batch``
+forward/loss/backward), ``_metrics``; it returns an :class:`~harmonyrl.trainer.update_result.UpdateResult`
+saying whether the update was applied.
+
+When the update is a single pass that nothing before the loss reads old log-probs for (:func:`single_pass`,
+the default config), that pass supplies them and the no-grad pass is skipped. The first pass also records the
+MoE routing (``routing/*`` metrics); with ``routing_replay`` r2 / r3 every pass routes by a fixed record
+(:mod:`harmonyrl.trainer.routing_replay`). The math lives in :mod:`harmonyrl.algorithms`; which function runs
+is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft-Q row has its own update in
+:mod:`harmonyrl.trainer.soft_q_learner`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -40,7 +44,7 @@ from harmonyrl.algorithms.choices import (
     PPOClip,
     ReinforcePP,
 )
-from harmonyrl.algorithms.correction import apply_correction, resolve_old_logp
+from harmonyrl.algorithms.correction import CorrectionOutput, apply_correction, resolve_old_logp
 from harmonyrl.algorithms.kl import kl_estimate, kl_k3, kl_loss, kl_reward_penalty
 from harmonyrl.algorithms.losses import (
     AggregationMode,
@@ -54,9 +58,10 @@ from harmonyrl.algorithms.losses import (
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
 from harmonyrl.models.moe_routing import MoeRouting
-from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
+from harmonyrl.trainer.batch import Batch, Scored, collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.routing_replay import TrainerRouting, join_routing, mb_routing, routing_metrics
+from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 32
@@ -183,6 +188,76 @@ def single_pass(cfg: RLConfig, batch_size: int, critic: torch.nn.Module | None) 
     )
 
 
+@dataclass(frozen=True)
+class OldPolicy:
+    """The policy before the update moves it: what the advantages and the PPO ratio compare against."""
+
+    logp: torch.Tensor
+    """``[B, T-1]`` trainer log-probs. With ``single`` they are zeros until the update's one pass fills them in."""
+    values: torch.Tensor | None
+    """``[B, T-1]`` critic values (critic estimators only)."""
+    routing: TrainerRouting | None
+    """The MoE routing of the no-grad pass; None with ``single`` (the update's pass records it)."""
+    single: bool
+    """The update's one forward pass is also the old-policy pass (see :func:`single_pass`)."""
+
+
+@dataclass(frozen=True)
+class LossTargets:
+    """Everything the loss reads that is fixed before the first optimizer step (all ``[B, T-1]``)."""
+
+    old_logp: torch.Tensor
+    """The PPO ratio's denominator: the trainer's old log-probs, or the sampler's in bypass mode."""
+    adv: torch.Tensor
+    returns: torch.Tensor | None
+    weights: torch.Tensor | None
+    """Rollout-correction importance weights (None: not configured)."""
+    mask: torch.Tensor
+    """The loss mask after rejection."""
+    ref_logp: torch.Tensor
+    correction: CorrectionOutput
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What every optimizer step of one update reads."""
+
+    cfg: RLConfig
+    batch: Batch
+    """The batch as the update's passes route it (under R2: by the first pass's record)."""
+    old: OldPolicy
+    targets: LossTargets
+    critic: torch.nn.Module | None
+    norm: float | None
+    needs_ref: bool
+
+
+@dataclass
+class _Tally:
+    """Running figures over the update's optimizer steps, summed in a fixed order (metrics are bit-exact)."""
+
+    loss: float = 0.0
+    clip: float = 0.0
+    entropy: float = 0.0
+    value_loss: float = 0.0
+    kl_live: float = 0.0
+    norms: list[float] = field(default_factory=list)
+    first_dev: float | None = None
+    tripped: str | None = None
+    recorded: list[MoeRouting] = field(default_factory=list)
+    """The single pass's per-micro-batch routing, joined after the update."""
+
+
+@dataclass
+class _StepTally:
+    """One optimizer step's share-weighted sums over its micro-batches."""
+
+    loss: float = 0.0
+    kl_live: float = 0.0
+    entropy: float = 0.0
+    dev: float = 0.0
+
+
 def rl_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -191,8 +266,9 @@ def rl_update(
     ref_model: torch.nn.Module | None,
     value_head: torch.nn.Module | None = None,
     norm: float | None = None,
-) -> dict[str, float]:
-    """Apply ``cfg.epochs × cfg.minibatches`` optimizer steps (or none, if a guard trips); return metrics.
+) -> UpdateResult:
+    """Apply ``cfg.epochs × cfg.minibatches`` optimizer steps, or none if a guard trips (then everything is
+    rolled back and the result is not ``applied``).
 
     ``value_head`` is required by critic estimators (its parameters must be in ``optimizer``); ``norm`` is the
     constant of ``seq-mean-token-sum-norm`` (the episode token budget).
@@ -203,132 +279,198 @@ def rl_update(
     snapshot = take_snapshot(model, value_head, optimizer) if planned > 1 else None
     model.eval()  # no dropout: old and new log-probs must come from the same function
     critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
-    if cfg.routing_replay == "r3" and batch.routing is None:
-        raise ValueError("rl.routing_replay=r3 needs the engine's routing, but the trajectories carry none")
-    # One update pass that is also the old-policy pass: see ``single_pass``. Its log-probs are filled in below,
-    # before the loss reads them; everything else that reads them runs after the update.
-    single = single_pass(cfg, batch.size, critic)
-    recorded: list[MoeRouting] = []  # the single pass's per-micro-batch routing, joined after the loop
-    routed: TrainerRouting | None = None
-    if single:
-        trainer_old, old_values = torch.zeros_like(batch.loss_mask), None
-    else:
-        trainer_old, old_values, routed = _no_grad_pass(model, batch, critic, replay=cfg.routing_replay == "r3")
-    replay = cfg.routing_replay != "none"
-    train_batch = batch
-    if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
-        assert routed is not None, "single_pass() is never chosen under R2"
-        train_batch = replace(batch, routing=routed.used)
+    old = old_policy(model, batch, cfg, critic)
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
-    ref_logp = _no_grad_pass(ref_model, batch)[0] if needs_ref and ref_model is not None else trainer_old
-    correction = apply_correction(trainer_old, batch.sampler_logprobs, batch.loss_mask, cfg.correction)
-    old_logp = resolve_old_logp(batch.sampler_logprobs, trainer_old, cfg.correction)
+    ref_logp = _no_grad_pass(ref_model, batch)[0] if needs_ref and ref_model is not None else old.logp
+    targets = loss_targets(cfg, batch, old, ref_logp)
+    train_batch = batch
+    if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
+        assert old.routing is not None, "single_pass() is never chosen under R2"
+        train_batch = replace(batch, routing=old.routing.used)
+    tally = _Tally()
+    _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref), tally)
+    if tally.tripped is not None and snapshot is not None:
+        restore(snapshot, model, value_head, optimizer)
+    metrics = _metrics(model, prepared, cfg, ref_model, old, targets, tally, needs_ref)
+    return UpdateResult(metrics, None if tally.tripped is None else "guard")
+
+
+def old_policy(model: torch.nn.Module, batch: Batch, cfg: RLConfig, critic: torch.nn.Module | None) -> OldPolicy:
+    """The old-policy pass: log-probs, values and routing before the update, from a no-grad pass, or left for
+    the update's own pass to fill in when it can be the same pass (:func:`single_pass`)."""
+    if cfg.routing_replay == "r3" and batch.routing is None:
+        raise ValueError("rl.routing_replay=r3 needs the engine's routing, but the trajectories carry none")
+    if single_pass(cfg, batch.size, critic):
+        return OldPolicy(torch.zeros_like(batch.loss_mask), None, None, single=True)
+    logp, values, routed = _no_grad_pass(model, batch, critic, replay=cfg.routing_replay == "r3")
+    return OldPolicy(logp, values, routed, single=False)
+
+
+def loss_targets(cfg: RLConfig, batch: Batch, old: OldPolicy, ref_logp: torch.Tensor) -> LossTargets:
+    """Rollout correction, the ratio's old log-probs, token rewards (+ KL penalty) and advantages."""
+    correction = apply_correction(old.logp, batch.sampler_logprobs, batch.loss_mask, cfg.correction)
+    # a view of ``old.logp`` (unless bypass): what the single pass fills in reaches the ratio
+    old_logp = resolve_old_logp(batch.sampler_logprobs, old.logp, cfg.correction)
     weights = correction.weights if cfg.correction.weights is not None else None
     m = correction.loss_mask  # rejection removes tokens from the loss
     penalty = torch.zeros_like(m)
     if cfg.kl.coef > 0 and cfg.kl.use == "reward":
-        penalty = kl_reward_penalty(penalty, trainer_old, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
-    adv, returns = token_advantages(cfg.advantage, batch, penalty, old_values)
-    value_cfg = cfg.advantage if isinstance(cfg.advantage, GAE | A2C) else None
+        penalty = kl_reward_penalty(penalty, old.logp, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
+    adv, returns = token_advantages(cfg.advantage, batch, penalty, old.values)
+    return LossTargets(old_logp, adv, returns, weights, m, ref_logp, correction)
 
-    order = torch.arange(batch.size)
-    n_mb = min(cfg.minibatches, batch.size)
-    sums = {"loss": 0.0, "clip": 0.0, "entropy": 0.0, "value_loss": 0.0, "kl_live": 0.0}
-    norms, first_dev, tripped = [], None, None
-    for _ in range(cfg.epochs):
+
+def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, tally: _Tally) -> None:
+    """Epochs × minibatches optimizer steps; stops at the first step a guard trips (that step not applied)."""
+    order = torch.arange(p.batch.size)
+    n_mb = min(p.cfg.minibatches, p.batch.size)
+    for _ in range(p.cfg.epochs):
         for idx in torch.tensor_split(order, n_mb):
-            total = _units(m[idx], cfg.aggregation).clamp(min=1.0)
-            optimizer.zero_grad(set_to_none=True)
-            sub = train_batch.select(idx)
-            row, dev, step_loss, kl_live, step_entropy = 0, 0.0, 0.0, 0.0, 0.0
-            for mb in micro_batches(sub, MICRO_BATCH):
-                w = mb.loss_mask.shape[1]
-                rows = idx[row : row + mb.size]
-                mb_mask = m[rows, :w]
-                share = _units(mb_mask, cfg.aggregation) / total
-                routing = mb_routing(model, mb, True) if replay else None
-                if single:  # the no-grad pass would have recorded the trainer's routing: this pass does
-                    routing = mb_routing(model, mb, False)
-                    recorded.append(routing)
-                scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=cfg.entropy_coef > 0,
-                               value_head=value_head if value_cfg is not None else None, routing=routing)  # fmt: skip
-                if single:  # ``old_logp`` is ``trainer_old`` detached: the ratio of this pass is exactly 1
-                    trainer_old[rows, :w] = scored.logprobs.detach()
-                mb_w = weights[rows, :w] if weights is not None else None
-                out = policy_loss(cfg, scored.logprobs, old_logp[rows, :w], adv[rows, :w], mb_mask, mb_w, norm)
-                loss = out.loss
-                if cfg.kl.coef > 0 and cfg.kl.use == "loss":
-                    kl_ref = ref_logp[rows, :w]
-                    loss = loss + kl_loss(scored.logprobs, kl_ref, mb_mask, cfg.kl.coef, cfg.kl.estimator,
-                                          cfg.aggregation, norm)  # fmt: skip
-                if cfg.entropy_coef > 0:
-                    loss = loss + entropy_bonus(scored.entropy, mb_mask, cfg.entropy_coef, cfg.aggregation, norm)
-                if value_cfg is not None and scored.values is not None and returns is not None:
-                    clip = value_cfg.value_clip if isinstance(value_cfg, GAE) else None
-                    v_out = value_loss(scored.values, old_values[rows, :w], returns[rows, :w],  # type: ignore[index]
-                                       batch.loss_mask[rows, :w], clip, cfg.aggregation, norm)  # fmt: skip
-                    loss = loss + value_cfg.value_coef * v_out.loss
-                    sums["value_loss"] += float(v_out.loss.detach()) * float(share)
-                (loss * share).backward()
-                step_loss += float(loss.detach()) * float(share)
-                with torch.no_grad():
-                    if needs_ref:
-                        kl_now = kl_estimate(scored.logprobs, ref_logp[rows, :w], "k3")
-                        kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
-                    step_entropy += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
-                sums["clip"] += float(out.clip_fraction) * float(share)
-                dev = max(dev, float(out.ratio_max_dev))
-                row += mb.size
-            if first_dev is None:
-                first_dev = dev
-            params = [p for g in optimizer.param_groups for p in g["params"]]
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-            norms.append(grad_norm)
-            sums["loss"] += step_loss
-            sums["entropy"] += step_entropy
-            sums["kl_live"] = max(sums["kl_live"], kl_live)
-            tripped = trip_reason(cfg.guards, loss=step_loss, grad_norm=grad_norm,
-                                  kl=kl_live if needs_ref else None, entropy=step_entropy)  # fmt: skip
-            if tripped is not None:
-                break
-            optimizer.step()
-        if tripped is not None:
-            break
-    if routed is None:
-        routed = join_routing(recorded, batch.input_ids.shape[1])
-    metrics = mismatch_metrics(trainer_old, batch.sampler_logprobs, batch.loss_mask, correction)
+            _optimizer_step(model, optimizer, p, idx, tally)
+            if tally.tripped is not None:
+                return
+
+
+def _optimizer_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, idx: torch.Tensor, tally: _Tally
+) -> None:
+    """One minibatch (rows ``idx``): gradients over its micro-batches, clipping, the guards, then the step."""
+    cfg = p.cfg
+    total = _units(p.targets.mask[idx], cfg.aggregation).clamp(min=1.0)
+    optimizer.zero_grad(set_to_none=True)
+    step, row = _StepTally(), 0
+    for mb in micro_batches(p.batch.select(idx), MICRO_BATCH):
+        _micro_batch(model, p, mb, idx[row : row + mb.size], total, step, tally)
+        row += mb.size
+    if tally.first_dev is None:
+        tally.first_dev = step.dev
+    params = [q for g in optimizer.param_groups for q in g["params"]]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    tally.norms.append(grad_norm)
+    tally.loss += step.loss
+    tally.entropy += step.entropy
+    tally.kl_live = max(tally.kl_live, step.kl_live)
+    tally.tripped = trip_reason(cfg.guards, loss=step.loss, grad_norm=grad_norm,
+                                kl=step.kl_live if p.needs_ref else None, entropy=step.entropy)  # fmt: skip
+    if tally.tripped is None:
+        optimizer.step()
+
+
+def _micro_batch(
+    model: torch.nn.Module,
+    p: _Pass,
+    mb: Batch,
+    rows: torch.Tensor,
+    total: torch.Tensor,
+    step: _StepTally,
+    tally: _Tally,
+) -> None:
+    """Forward, loss and backward of one micro-batch (batch rows ``rows``), weighted by its share of the
+    minibatch's units, and its contribution to the step's figures."""
+    w = mb.loss_mask.shape[1]
+    mb_mask = p.targets.mask[rows, :w]
+    share = _units(mb_mask, p.cfg.aggregation) / total
+    scored = _forward(model, p, mb, rows, tally)
+    out, loss, v_loss = _mb_loss(p, scored, rows, mb_mask)
+    if v_loss is not None:
+        tally.value_loss += float(v_loss.detach()) * float(share)
+    (loss * share).backward()
+    step.loss += float(loss.detach()) * float(share)
+    with torch.no_grad():
+        if p.needs_ref:
+            kl_now = kl_estimate(scored.logprobs, p.targets.ref_logp[rows, :w], "k3")
+            step.kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
+        step.entropy += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
+    tally.clip += float(out.clip_fraction) * float(share)
+    step.dev = max(step.dev, float(out.ratio_max_dev))
+
+
+def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor, tally: _Tally) -> Scored:
+    """Score a micro-batch with gradients, routed as configured; the single pass also records its routing and
+    fills in the old log-probs (``old_logp`` is them, detached: the ratio of this pass is exactly 1)."""
+    routing = mb_routing(model, mb, True) if p.cfg.routing_replay != "none" else None
+    if p.old.single:  # the no-grad pass would have recorded the trainer's routing: this pass does
+        routing = mb_routing(model, mb, False)
+        tally.recorded.append(routing)
+    scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=p.cfg.entropy_coef > 0,
+                   value_head=p.critic, routing=routing)  # fmt: skip
+    if p.old.single:
+        p.old.logp[rows, : mb.loss_mask.shape[1]] = scored.logprobs.detach()
+    return scored
+
+
+def _mb_loss(
+    p: _Pass, scored: Scored, rows: torch.Tensor, mb_mask: torch.Tensor
+) -> tuple[PolicyLossOutput, torch.Tensor, torch.Tensor | None]:
+    """The policy loss, plus KL loss, entropy bonus and value loss as configured; and the value loss alone."""
+    cfg, t, w = p.cfg, p.targets, mb_mask.shape[1]
+    mb_w = t.weights[rows, :w] if t.weights is not None else None
+    out = policy_loss(cfg, scored.logprobs, t.old_logp[rows, :w], t.adv[rows, :w], mb_mask, mb_w, p.norm)
+    loss = out.loss
+    if cfg.kl.coef > 0 and cfg.kl.use == "loss":
+        loss = loss + kl_loss(scored.logprobs, t.ref_logp[rows, :w], mb_mask, cfg.kl.coef, cfg.kl.estimator,
+                              cfg.aggregation, p.norm)  # fmt: skip
+    if cfg.entropy_coef > 0:
+        loss = loss + entropy_bonus(scored.entropy, mb_mask, cfg.entropy_coef, cfg.aggregation, p.norm)
+    value_cfg = cfg.advantage if isinstance(cfg.advantage, GAE | A2C) else None
+    if value_cfg is None or scored.values is None or t.returns is None:
+        return out, loss, None
+    assert p.old.values is not None, "critic estimators always run the no-grad pass"
+    clip = value_cfg.value_clip if isinstance(value_cfg, GAE) else None
+    v_out = value_loss(scored.values, p.old.values[rows, :w], t.returns[rows, :w], p.batch.loss_mask[rows, :w],
+                       clip, cfg.aggregation, p.norm)  # fmt: skip
+    return out, loss + value_cfg.value_coef * v_out.loss, v_out.loss
+
+
+def _metrics(
+    model: torch.nn.Module,
+    prepared: Prepared,
+    cfg: RLConfig,
+    ref_model: torch.nn.Module | None,
+    old: OldPolicy,
+    targets: LossTargets,
+    tally: _Tally,
+    needs_ref: bool,
+) -> dict[str, float]:
+    """The update's metrics: mismatch, routing, KL to the reference, guards, and the loss terms' means."""
+    batch = prepared.batch
+    routed = old.routing if old.routing is not None else join_routing(tally.recorded, batch.input_ids.shape[1])
+    metrics = mismatch_metrics(old.logp, batch.sampler_logprobs, batch.loss_mask, targets.correction)
     metrics.update(routing_metrics(batch, routed, int(model.config.num_experts_per_tok)))
-    if ref_model is not None and not needs_ref:
-        head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
-        head_ref = _no_grad_pass(ref_model, head)[0]
-        kl_head = kl_k3(trainer_old[: head.size], head_ref)
-        metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_head, head.loss_mask))
-    else:
-        metrics["train/kl_ref_k3"] = float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
-    steps = max(1, len(norms))
-    mean_entropy = sums["entropy"] / steps
-    if tripped is not None:
-        if snapshot is not None:
-            restore(snapshot, model, value_head, optimizer)
-        metrics[f"guard/trip_{tripped}"] = 1.0
+    metrics["train/kl_ref_k3"] = _kl_to_reference(batch, old.logp, targets.ref_logp, ref_model, needs_ref)
+    if tally.tripped is not None:
+        metrics[f"guard/trip_{tally.tripped}"] = 1.0
+    steps = max(1, len(tally.norms))
     metrics.update(
         {
-            "guard/skipped": float(tripped is not None),
-            "train/loss": sums["loss"] / steps,
-            "train/clip_fraction": sums["clip"] / steps,
-            "train/entropy": mean_entropy,
-            "train/grad_norm": max(norms) if norms else 0.0,
-            "train/ratio_max_dev_first_mb": first_dev or 0.0,
+            "guard/skipped": float(tally.tripped is not None),
+            "train/loss": tally.loss / steps,
+            "train/clip_fraction": tally.clip / steps,
+            "train/entropy": tally.entropy / steps,
+            "train/grad_norm": max(tally.norms) if tally.norms else 0.0,
+            "train/ratio_max_dev_first_mb": tally.first_dev or 0.0,
             "train/episodes": float(batch.size),
             "train/tokens": float(batch.loss_mask.sum()),
             "train/dropped_zero_var": float(prepared.n_dropped_zero_var),
             "train/masked_failures": float(prepared.n_failed),
         }
     )
-    if value_cfg is not None:
-        metrics["train/value_loss"] = sums["value_loss"] / steps
+    if isinstance(cfg.advantage, GAE | A2C):
+        metrics["train/value_loss"] = tally.value_loss / steps
     if needs_ref:
-        metrics["train/kl_ref_live_k3"] = sums["kl_live"]
+        metrics["train/kl_ref_live_k3"] = tally.kl_live
     return metrics
+
+
+def _kl_to_reference(
+    batch: Batch, trainer_old: torch.Tensor, ref_logp: torch.Tensor, ref_model: torch.nn.Module | None, needs_ref: bool
+) -> float:
+    """k3 KL of the old policy to the reference: over the batch when the reference pass ran, else over the
+    first micro-batch (a reference pass just for this metric)."""
+    if ref_model is not None and not needs_ref:
+        head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
+        head_ref = _no_grad_pass(ref_model, head)[0]
+        return float(masked_token_mean(kl_k3(trainer_old[: head.size], head_ref), head.loss_mask))
+    return float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))

@@ -11,7 +11,7 @@ often every episode fails because the task is too hard for the warm start — wh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harmonyrl.types import Trajectory
@@ -63,12 +63,11 @@ class SkippedUpdates:
     total: int = 0
     steps: int = 0
 
-    def observe(self, metrics: Mapping[str, float], trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """Count this step; call ``warn`` with a one-line message when the streak reaches ``warn_after``.
-        Returns the step's group metrics, to be logged with the others."""
+    def observe(self, skipped: bool, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """Count this step (``skipped``: the update found nothing trainable); call ``warn`` with a one-line
+        message when the streak reaches ``warn_after``. Returns the step's group metrics, to be logged."""
         groups = group_rewards(trajectories)
         self.steps += 1
-        skipped = bool(metrics.get("train/skipped", 0.0))
         self.in_a_row = self.in_a_row + 1 if skipped else 0
         self.total += skipped
         if skipped and self.in_a_row == self.warn_after:

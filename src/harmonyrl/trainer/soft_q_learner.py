@@ -36,6 +36,7 @@ from harmonyrl.config import RLConfig
 from harmonyrl.trainer.batch import collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
+from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 32
@@ -64,8 +65,9 @@ def soft_q_update(
     trajectories: Sequence[Trajectory],
     cfg: RLConfig,
     pad_id: int,
-) -> dict[str, float]:
-    """Add this step's episodes to the buffer, then ``updates_per_step`` soft-Q updates on replayed batches."""
+) -> UpdateResult:
+    """Add this step's episodes to the buffer, then ``updates_per_step`` soft-Q updates on replayed batches
+    (none when the buffer is empty; all rolled back when a guard trips)."""
     sq = state.cfg
     state.replay.add(trajectories)
     fresh = [t for t in trajectories if t.failure is None]
@@ -78,7 +80,7 @@ def soft_q_update(
                               for mb in micro_batches(new, MICRO_BATCH)])  # fmt: skip
         metrics |= mismatch_metrics(logp, new.sampler_logprobs, new.loss_mask)
     if not len(state.replay):
-        return metrics | {"train/skipped": 1.0}
+        return UpdateResult(metrics | {"train/skipped": 1.0}, "nothing_trainable")
     # guards check each update before it is applied; only a later update's trip must undo earlier ones
     snapshot = take_snapshot(model, value_head, optimizer) if sq.updates_per_step > 1 else None
     sums = {"loss": 0.0, "td": 0.0, "q": 0.0, "target": 0.0, "entropy": 0.0}
@@ -126,7 +128,7 @@ def soft_q_update(
         if snapshot is not None:
             restore(snapshot, model, value_head, optimizer)
         metrics[f"guard/trip_{tripped}"] = 1.0
-    return metrics | {
+    metrics |= {
         "train/skipped": 0.0,
         "guard/skipped": float(tripped is not None),
         "train/loss": sums["loss"] / n,
@@ -138,6 +140,7 @@ def soft_q_update(
         "train/grad_norm": max(norms) if norms else 0.0,
         "train/episodes": float(len(fresh)),
     }
+    return UpdateResult(metrics, None if tripped is None else "guard")
 
 
 class _Detached(torch.nn.Module):
