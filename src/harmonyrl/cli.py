@@ -230,7 +230,9 @@ def replay(
     try:
         result = rp.replay_step(run_dir, step, checkpoint, save)
         rows = rp.rescore(run_dir, step) if rescore else []
-    except (*USER_ERRORS, ConfigError, ValueError) as e:
+    except (ConfigError, ValueError) as e:
+        raise _fail(str(e)) from None
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
     if result.identical is None:

@@ -7,6 +7,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -17,7 +18,7 @@ class StepProgress:
     def __init__(self, console: Console) -> None:
         self._console = console
         self._progress: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
 
     def start(self, phase: str, total: int, done: int = 0) -> None:
         """A bar for ``total`` steps, ``done`` of them already complete (a resumed run)."""

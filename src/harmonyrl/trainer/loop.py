@@ -92,7 +92,7 @@ async def run_sft(
             continue
         loss = sft_step(model, optimizer, batch, tok.special.endoftext)
         schedule.step()
-        sink.write(step, {"sft/loss": loss, "sft/lr": schedule.get_last_lr()[0]}, "sft")
+        sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0])}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             save_progress(run_dir, model, "sft", step + 1, optimizer, schedule=schedule.state_dict())

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
+from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.advantages import (
     a2c_advantages,
@@ -184,7 +185,7 @@ def single_pass(cfg: RLConfig, batch_size: int, critic: torch.nn.Module | None) 
 
 
 def rl_update(
-    model: torch.nn.Module,
+    model: GptOssForCausalLM,
     optimizer: torch.optim.Optimizer,
     prepared: Prepared,
     cfg: RLConfig,
