@@ -187,7 +187,7 @@ def load_factory(target: str) -> Callable[[], EnvFactory]:
             module = importlib.import_module(module_part)
         except ImportError as e:  # name the target: the bare "No module named 'x'" does not say who asked
             raise ImportError(f"cannot import '{module_part}' (from {target!r}): {e}") from e
-    factory: Callable[[], EnvFactory] | None = getattr(module, attr, None)  # checked by check_env
+    factory: Callable[[], EnvFactory] | None = getattr(module, attr, None)  # what it builds: check_env checks
     if not callable(factory):
         raise ValueError(f"'{module_part}' has no callable '{attr}'")
     return factory
