@@ -153,7 +153,9 @@ def evaluate(
         chosen = resolve_eval_env(
             _config(config, overrides), checkpoint, explicit_env(config, overrides or []), allow_env_mismatch
         )
-    except (ConfigError, *USER_ERRORS) as e:
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     cfg = chosen.config
     from harmonyrl.trainer.loop import eval_only
@@ -296,7 +298,9 @@ def replay(
     try:
         result = rp.replay_step(run_dir, step, checkpoint, save)
         rows = rp.rescore(run_dir, step) if rescore else []
-    except (*USER_ERRORS, ConfigError, ValueError) as e:
+    except (ConfigError, ValueError) as e:
+        raise _fail(str(e)) from None
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     except OSError as e:
         if not is_storage_error(e):

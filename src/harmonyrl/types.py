@@ -7,7 +7,7 @@ the async agent loop); tensors appear only once a :class:`Batch` is assembled fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, TypeGuard, get_args
 
 import torch
 
@@ -58,6 +58,12 @@ class ToolSpec:
 FailureKind = Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "episode_timeout"]
 ENV_FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 """Environment faults. These are never the model's fault: the episode is masked out of the loss."""
+
+
+def is_env_failure_kind(value: object) -> TypeGuard[FailureKind]:
+    """Whether ``value`` names an environment fault kind (e.g. an exception's own ``failure_kind``)."""
+    return value in ENV_FAILURE_KINDS
+
 
 ModelFaultKind = Literal["parse_error", "invalid_tool_args", "unknown_tool"]
 """Model faults: shown to the model as observations / scored by the env, never masked."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers import GptOssForCausalLM
+from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
 from harmonyrl.engine.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
 
@@ -79,7 +80,7 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     Per half that is ``first·cos + second·(-sin)`` and ``second·cos + first·sin``: HF's ``first·cos - second·sin``
     and ``second·cos + first·sin`` to the bit (``a - b`` is ``a + (-b)`` in IEEE), in 4 ops instead of 8.
     """
-    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    swapped = torch.unflatten(x, -1, (2, -1)).flip(-2).flatten(-2)
     return x * cos + swapped * sin
 
 
@@ -108,7 +109,7 @@ class _Layer:
     o_w: torch.Tensor
     o_b: torch.Tensor | None
     sinks: torch.Tensor  # [H]; all -inf for a sink-less engine
-    mlp: torch.nn.Module  # its router module routes (and records routing); its experts give limit and alpha
+    mlp: GptOssMLP  # its router module routes (and records routing); its experts give limit and alpha
     dense: DenseExperts
     split: SplitExperts
     sliding: bool
@@ -146,6 +147,7 @@ class LeanForward:
         norm = self.model.model.norm
         self._final_norm = (norm.weight.detach().float(), norm.variance_epsilon)
         kinds = self.model.config.layer_types
+        assert kinds is not None  # GptOssConfig fills it in when the config leaves it out
         for layer, kind in zip(self.layers, kinds, strict=True):
             att, mlp = layer.self_attn, layer.mlp
             biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
@@ -156,7 +158,7 @@ class LeanForward:
                     post_w=layer.post_attention_layernorm.weight.detach().float(),
                     eps=layer.input_layernorm.variance_epsilon,
                     qkv_w=torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach(),
-                    qkv_b=None if biases[0] is None else torch.cat(biases).detach(),  # type: ignore[arg-type]
+                    qkv_b=None if biases[0] is None else torch.cat(biases).detach(),
                     o_w=att.o_proj.weight.detach(),
                     o_b=None if att.o_proj.bias is None else att.o_proj.bias.detach(),
                     sinks=att.sinks.detach() if self.use_sinks else torch.full_like(att.sinks, float("-inf")),
@@ -194,9 +196,10 @@ class LeanForward:
         b, _, t, _ = attn.shape
         x = x + F.linear(attn.transpose(1, 2).reshape(b, t, -1), layer.o_w, layer.o_b)
         normed = _rms(x, layer.post_w, layer.eps)
-        moe = dense_moe if b * t <= DENSE_MAX_TOKENS else sparse_moe
-        experts = layer.dense if b * t <= DENSE_MAX_TOKENS else layer.split
-        return x + moe(layer.mlp, experts, normed.view(b * t, -1)).view(b, t, -1)  # type: ignore[arg-type]
+        flat = normed.view(b * t, -1)
+        if b * t <= DENSE_MAX_TOKENS:
+            return x + dense_moe(layer.mlp, layer.dense, flat).view(b, t, -1)
+        return x + sparse_moe(layer.mlp, layer.split, flat).view(b, t, -1)
 
     def _rope_tables(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Doubled cos/sin ``[B, 1, T, D]`` (see :func:`_rope`) at per-row positions ``[B, T]``, looked up in a

@@ -36,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from transformers import GptOssForCausalLM
@@ -86,7 +87,8 @@ class LocalEngine:
         self.max_batch = max_batch
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
-        self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
+        # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
+        self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)  # type: ignore[arg-type]
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
         self._native = NativeDecode(self._fwd) if use_native(kernel, model.config, dtype) else None
         """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
@@ -255,7 +257,7 @@ class LocalEngine:
             request.tokens.append(token)
             request.logprobs.append(logprob)
             if token in request.stops or len(request.tokens) >= request.limit:
-                reason = "stop" if token in request.stops else "length"
+                reason: Literal["stop", "length"] = "stop" if token in request.stops else "length"
                 fed = len(request.prompt) + len(request.tokens) - 1  # every position fed: all but the last token
                 routing = self._routing.read(request.slot, fed) if self._routing is not None else None
                 self._keep_conversation(request, fed, routing)

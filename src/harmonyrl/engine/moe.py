@@ -12,8 +12,12 @@ contiguous halves.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts, GptOssMLP
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class DenseExperts:
     b2: torch.Tensor
 
     @staticmethod
-    def of(experts: torch.nn.Module, split: SplitExperts | None = None) -> DenseExperts:
+    def of(experts: GptOssExperts, split: SplitExperts | None = None) -> DenseExperts:
         """``split``: the same experts' :class:`SplitExperts`, if already built (saves re-ordering them)."""
         e, hidden, two_i = experts.gate_up_proj.shape
         split = SplitExperts.of(experts) if split is None else split
@@ -49,7 +53,7 @@ class SplitExperts:
     b1: torch.Tensor
 
     @staticmethod
-    def of(experts: torch.nn.Module) -> SplitExperts:
+    def of(experts: GptOssExperts) -> SplitExperts:
         two_i = experts.gate_up_proj.shape[2]
         order = torch.cat([torch.arange(0, two_i, 2), torch.arange(1, two_i, 2)])
         return SplitExperts(
@@ -58,7 +62,7 @@ class SplitExperts:
         )
 
 
-def sparse_moe(mlp: torch.nn.Module, split: SplitExperts, x: torch.Tensor) -> torch.Tensor:
+def sparse_moe(mlp: GptOssMLP, split: SplitExperts, x: torch.Tensor) -> torch.Tensor:
     """The GPT-OSS MoE block on many tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, each through its top-k.
 
     Routing is the layer's own ``router`` module. Token-expert pairs are grouped by expert, each expert runs
@@ -85,7 +89,7 @@ def sparse_moe(mlp: torch.nn.Module, split: SplitExperts, x: torch.Tensor) -> to
     return unsorted.view(n, k, -1).sum(dim=1)
 
 
-def dense_moe(mlp: torch.nn.Module, flat: DenseExperts, x: torch.Tensor) -> torch.Tensor:
+def dense_moe(mlp: GptOssMLP, flat: DenseExperts, x: torch.Tensor) -> torch.Tensor:
     """The GPT-OSS MoE block on few tokens ``x`` ``[N, hidden]`` → ``[N, hidden]``, all experts densely.
 
     Routing comes from the layer's own ``router`` module, so expert choice and weights are the trainer's.
@@ -103,7 +107,7 @@ def dense_moe(mlp: torch.nn.Module, flat: DenseExperts, x: torch.Tensor) -> torc
     return torch.addmm(weights @ flat.b2, (act * weights[:, :, None]).view(n, -1), flat.w2)
 
 
-def _swiglu(experts: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+def _swiglu(experts: GptOssExperts, h: torch.Tensor) -> torch.Tensor:
     """HF's clamped SwiGLU (``GptOssExperts._apply_gate``, same ops in the same order) on ``h`` ``[..., 2I]``
     laid out gate columns first, up columns second → ``[..., I]``."""
     half = h.shape[-1] // 2

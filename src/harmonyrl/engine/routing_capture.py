@@ -21,8 +21,12 @@ output never reached a sampled token's logits, so the trainer may route them its
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssTopKRouter
 
 from harmonyrl.models.moe_routing import NOT_ROUTED, moe_layers, routing_dtype
 
@@ -39,10 +43,10 @@ class EngineRouting:
         self._calls: list[list[torch.Tensor]] = [[] for _ in mlps]
         self._routers = [m.router for m in mlps]
         for i, router in enumerate(self._routers):
-            router.forward = self._recording(i, router)
+            router.forward = self._recording(i, router)  # type: ignore[method-assign]  # instance-level, by design
 
-    def _recording(self, layer: int, router: torch.nn.Module) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
-        forward = type(router).forward
+    def _recording(self, layer: int, router: GptOssTopKRouter) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+        forward: Callable[[GptOssTopKRouter, torch.Tensor], tuple[torch.Tensor, ...]] = type(router).forward
 
         def record(hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
             out = forward(router, hidden)  # (logits, scores, ids): ids [N, k]
@@ -95,8 +99,9 @@ class EngineRouting:
     def after_decode(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
         """Record a decode step: one token per row at ``positions`` ``[B]`` of ``slots`` ``[B]``."""
         taken = self._take()
-        if all(got is not None for got in taken):  # the usual case: one scatter for all layers
-            self.buffer[slots, positions] = torch.stack(taken, dim=1).to(self.dtype)  # type: ignore[arg-type]
+        ran = [got for got in taken if got is not None]
+        if len(ran) == len(taken):  # the usual case: every layer ran, one scatter for all of them
+            self.buffer[slots, positions] = torch.stack(ran, dim=1).to(self.dtype)
             return
         for layer, got in enumerate(taken):
             if got is not None:

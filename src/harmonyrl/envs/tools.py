@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple, cast
 import pydantic
 import pydantic_core
 
-from harmonyrl.types import ENV_FAILURE_KINDS, Failure, Message, ModelFaultKind, ToolSpec
+from harmonyrl.types import Failure, Message, ModelFaultKind, ToolSpec, is_env_failure_kind
 
 TOOL_THREADS = ThreadPoolExecutor(max_workers=512, thread_name_prefix="harmonyrl-tool")
 """Threads for sync tools. Threads start lazily, so the size is a ceiling on concurrent blocking calls
@@ -244,7 +244,7 @@ class Tool:
             detail = f"{self.name} raised {type(result.error).__name__}: {result.error}"
             # a tool may classify its own environment fault (e.g. the sandbox did not start): ``failure_kind``
             kind = getattr(result.error, "failure_kind", "tool_crash")
-            kind = kind if kind in ENV_FAILURE_KINDS else "tool_crash"
+            kind = kind if is_env_failure_kind(kind) else "tool_crash"
             return ToolOutcome("tool_crash", "", Failure(kind, detail[:_MAX_DETAIL_CHARS]), elapsed)
         text, cut = truncate(result, self.max_output_chars)
         return ToolOutcome("ok", text, None, elapsed, cut)

@@ -140,7 +140,7 @@ def _parse_header(codec: Codec, ids: Sequence[int], start: int, end: int, first:
         content_type = text["constrain"]
         if not _CONTENT_TYPE.fullmatch(content_type):
             raise _Fail("bad_header", f"malformed content type {content_type!r}", spans["constrain"][0])
-    channel: Channel = channel_words[0]  # type: ignore[assignment]  # checked against CHANNELS above
+    channel: Channel = channel_words[0]
     recipient = recipients[0] if recipients else None
     return Message("assistant", "", channel=channel, recipient=recipient, content_type=content_type)
 

@@ -156,10 +156,11 @@ class HarmonyTokenizer:
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = Tokenizer.from_str(tokenizer.to_str())
         self._tok.encode_special_tokens = True  # user text never yields control ids
-        ids = {name: self._tok.token_to_id(name) for name in HARMONY_SPECIALS[:9]}
-        missing = [name for name, i in ids.items() if i is None]
+        found = {name: self._tok.token_to_id(name) for name in HARMONY_SPECIALS[:9]}
+        missing = [name for name, i in found.items() if i is None]
         if missing:
             raise ValueError(f"tokenizer lacks harmony special tokens {missing}")
+        ids = {name: i for name, i in found.items() if i is not None}
         self.special = SpecialIds(
             start=ids["<|start|>"],
             end=ids["<|end|>"],
@@ -317,7 +318,8 @@ class O200kCodec:
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         if any(self.is_special(i) or i < 0 for i in ids):
             raise KeyError("special or negative id in decode_bytes")
-        return self._enc.decode_bytes(list(ids))
+        data: bytes = self._enc.decode_bytes(list(ids))
+        return data
 
     def is_special(self, token_id: int) -> bool:
         return token_id >= 199998

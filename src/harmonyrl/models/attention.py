@@ -29,13 +29,17 @@ reaches, so a sliding-window layer costs O(T · (chunk + window)) instead of O(T
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
 
 KernelName = Literal["eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
 KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
@@ -79,7 +83,10 @@ def sink_sdpa(
         if h != kvh:  # the CPU flash op has no GQA; autograd sums the repeated heads' gradients back
             key, value = key.repeat_interleave(h // kvh, dim=1), value.repeat_interleave(h // kvh, dim=1)
         spans = _plan(keep, query.shape[2], key.shape[2])
-        out: torch.Tensor = _FlashSink.apply(query, key, value, sinks, keep, spans, scale, causal)
+        # torch leaves Function.apply unannotated (it forwards to forward(), whose type is ours)
+        out: torch.Tensor = _FlashSink.apply(  # type: ignore[no-untyped-call]
+            query, key, value, sinks, keep, spans, scale, causal
+        )
         return out
     if causal:
         t, s = query.shape[2], key.shape[2]
@@ -150,7 +157,7 @@ class _FlashSink(torch.autograd.Function):
     ``q``, ``k``, ``v`` ``[B, H, T|S, D]`` (KV heads already repeated); ``keep`` boolean ``[B|1, 1, T, S]``."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -179,7 +186,7 @@ class _FlashSink(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, sinks, keep, out, lse, gate = ctx.saved_tensors
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         scaled = grad * gate[..., None].to(grad.dtype)
@@ -208,7 +215,7 @@ class _FlashSink(torch.autograd.Function):
 
 def _hf_kernel(with_sink: bool) -> Any:
     def attention(
-        module: torch.nn.Module,
+        module: GptOssAttention,
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
@@ -246,7 +253,7 @@ def register_kernels() -> None:
         AttentionMaskInterface.register(name, _sdpa_mask)
 
 
-def set_kernel(model: torch.nn.Module, kernel: KernelName) -> None:
+def set_kernel(model: PreTrainedModel, kernel: KernelName) -> None:
     """Switch a loaded GPT-OSS model's attention kernel in place (training and scoring passes)."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown attention kernel {kernel!r}; choose from {', '.join(KERNELS)}")

@@ -27,9 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
 NOT_ROUTED = -1
 """Marks a token-layer without recorded routing (padding, or a position the engine never ran the MoE on)."""
@@ -42,7 +46,7 @@ def routing_dtype(num_experts: int) -> torch.dtype:
     return torch.int8 if num_experts <= 127 else torch.int16
 
 
-def moe_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+def moe_layers(model: torch.nn.Module) -> list[GptOssMLP]:
     """The ``mlp`` (router + experts) module of every decoder layer of a GPT-OSS causal LM, in order."""
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
@@ -87,7 +91,7 @@ class MoeRouting:
         for i, mlp in enumerate(self._mlps):
             if "forward" in vars(mlp):
                 raise RuntimeError("MoeRouting blocks cannot be nested on the same model")
-            mlp.forward = _bind(self, i, mlp)
+            mlp.forward = _bind(self, i, mlp)  # type: ignore[method-assign]  # instance-level, by design
         return self
 
     def __exit__(
@@ -119,7 +123,7 @@ class MoeRouting:
         same = (self.replay[:, :p] == self.replay[:1, :p]).flatten(2).all(-1).all(0)  # [p]
         return int(same.long().cumprod(0).sum())
 
-    def _forward(self, layer: int, mlp: torch.nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, layer: int, mlp: GptOssMLP, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``GptOssMLP.forward`` with replay and recording: ``hidden`` ``[b, t, H]`` → (``[b, t, H]``, scores)."""
         b, t, h = hidden.shape
         rows, cols = self._rows, self._cols
@@ -141,7 +145,7 @@ class MoeRouting:
 
 
 def _bind(
-    routing: MoeRouting, layer: int, mlp: torch.nn.Module
+    routing: MoeRouting, layer: int, mlp: GptOssMLP
 ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     def forward(hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return routing._forward(layer, mlp, hidden_states)

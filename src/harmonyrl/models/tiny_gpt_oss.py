@@ -48,7 +48,8 @@ def build_config(
 ) -> GptOssConfig:
     p = PRESETS[preset]
     layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(p.num_hidden_layers)]
-    return GptOssConfig(
+    # attn_implementation goes through PreTrainedConfig.__post_init__'s **kwargs, which the dataclass type hides
+    return GptOssConfig(  # type: ignore[call-arg]
         vocab_size=vocab_size,
         hidden_size=p.hidden_size,
         intermediate_size=p.intermediate_size,
@@ -76,7 +77,8 @@ def build_model(config: GptOssConfig, seed: int) -> GptOssForCausalLM:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = GptOssForCausalLM(config)
-    return model.float()
+    model.float()  # in place
+    return model
 
 
 def load_model(path: Path) -> GptOssForCausalLM:

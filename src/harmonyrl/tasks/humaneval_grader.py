@@ -240,7 +240,7 @@ async def record(problem: Problem, canonical: str, seed: int, limits: SandboxLim
     if result.status != "ok" or not lines:
         raise GraderFault(f"grader: the canonical solution of {problem.task_id} did not pass its own tests "
                           f"({result.status}): {result.stderr[-300:]}")  # fmt: skip
-    keys = json.loads(lines[-1])
+    keys: list[str] = json.loads(lines[-1])
     if not uses_random(problem):
         _recorded[problem.task_id] = keys
     return keys

@@ -19,6 +19,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -51,7 +52,7 @@ class StepProgress:
         self._every_s = every_s
         self._clock = clock
         self._progress: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
         # plain mode: the phase being tracked
         self._phase = ""
         self._total = self._done = self._first = 0

@@ -43,17 +43,12 @@ class Batch:
 
     def select(self, idx: torch.Tensor) -> Batch:
         return Batch(
-            *(
-                t[idx]
-                for t in (
-                    self.input_ids,
-                    self.attention_mask,
-                    self.loss_mask,
-                    self.sampler_logprobs,
-                    self.rewards,
-                    self.group_ids,
-                )
-            ),
+            self.input_ids[idx],
+            self.attention_mask[idx],
+            self.loss_mask[idx],
+            self.sampler_logprobs[idx],
+            self.rewards[idx],
+            self.group_ids[idx],
             routing=None if self.routing is None else self.routing[idx],
         )
 

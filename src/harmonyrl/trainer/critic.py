@@ -20,4 +20,5 @@ class ValueHead(torch.nn.Module):
         torch.nn.init.zeros_(self.proj.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.proj(hidden.float())
+        value: torch.Tensor = self.proj(hidden.float())
+        return value

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config import RLConfig
@@ -27,7 +28,7 @@ from harmonyrl.types import Trajectory
 @dataclass
 class Learner:
     cfg: RLConfig
-    model: torch.nn.Module
+    model: GptOssForCausalLM
     optimizer: torch.optim.Optimizer
     ref_model: torch.nn.Module
     pad_id: int
@@ -37,7 +38,7 @@ class Learner:
     soft_q: SoftQState | None = None
 
     @staticmethod
-    def create(cfg: RLConfig, model: torch.nn.Module, pad_id: int, norm: float, seed: int) -> Learner:
+    def create(cfg: RLConfig, model: GptOssForCausalLM, pad_id: int, norm: float, seed: int) -> Learner:
         """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it."""
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         value_head = ValueHead(int(model.config.hidden_size)) if cfg.uses_critic else None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from transformers import GptOssForCausalLM
 
 from harmonyrl.config import RunConfig
 from harmonyrl.envs.base import EnvFactory
@@ -95,7 +96,7 @@ async def run_sft(
             continue
         loss = sft_step(model, optimizer, batch, tok.special.endoftext)
         schedule.step()
-        sink.write(step, {"sft/loss": loss, "sft/lr": schedule.get_last_lr()[0]}, "sft")
+        sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0])}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             files = CheckpointFiles(config, tok)
@@ -124,7 +125,7 @@ async def _train_in(
     tok: HarmonyTokenizer,
     factory: EnvFactory,
     run_dir: Path,
-    model: torch.nn.Module,
+    model: GptOssForCausalLM,
     saved: Progress | None,
 ) -> TrainResult:
     """``train`` once its run folder is open: everything that writes to it."""

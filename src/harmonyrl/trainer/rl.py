@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
+from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.advantages import (
     a2c_advantages,
@@ -259,7 +260,7 @@ class _StepTally:
 
 
 def rl_update(
-    model: torch.nn.Module,
+    model: GptOssForCausalLM,
     optimizer: torch.optim.Optimizer,
     prepared: Prepared,
     cfg: RLConfig,
@@ -425,7 +426,7 @@ def _mb_loss(
 
 
 def _metrics(
-    model: torch.nn.Module,
+    model: GptOssForCausalLM,
     prepared: Prepared,
     cfg: RLConfig,
     ref_model: torch.nn.Module | None,

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import torch
+from transformers import GptOssForCausalLM
 from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
@@ -96,7 +97,7 @@ def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) ->
     return inject_faults(factory, faults.rate, faults.kinds, faults.seed * 1_000_003 + step, faults.timeout_delay_s)
 
 
-def load_for(path: Path, tok: HarmonyTokenizer, max_seq_len: int | None = None) -> torch.nn.Module:
+def load_for(path: Path, tok: HarmonyTokenizer, max_seq_len: int | None = None) -> GptOssForCausalLM:
     """A checkpoint that must fit the shipped tokenizer (else every id would mean something else) and, given
     ``max_seq_len``, hold positions for episodes that long."""
     model = load_model(path)
@@ -109,7 +110,7 @@ def load_for(path: Path, tok: HarmonyTokenizer, max_seq_len: int | None = None) 
     return model
 
 
-def make_model(config: RunConfig, tok: HarmonyTokenizer) -> torch.nn.Module:
+def make_model(config: RunConfig, tok: HarmonyTokenizer) -> GptOssForCausalLM:
     """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
     if config.model.init_from is not None:
         model = load_for(config.model.init_from, tok, config.rollout.max_seq_len)
@@ -142,7 +143,7 @@ def _engine_dtype(config: RunConfig) -> torch.dtype:
     return torch.bfloat16 if config.rollout.engine_dtype == "bfloat16" else torch.float32
 
 
-def check_engine_kernel(config: RunConfig, model: torch.nn.Module) -> str:
+def check_engine_kernel(config: RunConfig, model: GptOssForCausalLM) -> str:
     """Fail before any work (and before the run folder exists) when ``rollout.engine_kernel=native`` cannot run
     for this model and install: the engine itself is only built after the SFT warm start. Returns what the
     engine will decode with, for the run's header: ``native (avx2)``, or ``torch`` and why not native."""
@@ -154,7 +155,7 @@ def check_engine_kernel(config: RunConfig, model: torch.nn.Module) -> str:
     return f"torch ({native_unsupported(model.config, dtype)})"
 
 
-def make_engine(config: RunConfig, model: torch.nn.Module) -> tuple[LocalEngine, EpisodeLimits]:
+def make_engine(config: RunConfig, model: GptOssForCausalLM) -> tuple[LocalEngine, EpisodeLimits]:
     r = config.rollout
     dtype = _engine_dtype(config)
     engine = LocalEngine(
@@ -192,7 +193,7 @@ def held_out_eval(
 
 def open_run(
     config: RunConfig, tok: HarmonyTokenizer, resume: bool, overwrite: bool = False
-) -> tuple[Path, torch.nn.Module, Progress | None]:
+) -> tuple[Path, GptOssForCausalLM, Progress | None]:
     """The run folder, the model to continue with and the saved position (None: start from the beginning).
 
     A fresh run refuses an existing folder; a resume requires one, rewinds its files to the last checkpoint
@@ -219,7 +220,7 @@ def open_run(
     return run_dir, model, saved
 
 
-def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> torch.nn.Module:
+def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> GptOssForCausalLM:
     """The policy as RL began (the reference model of a resumed run): the SFT checkpoint, else the start."""
     sft = run_dir / "checkpoints" / "sft"
     if (sft / "config.json").is_file():

@@ -154,7 +154,8 @@ class _Detached(torch.nn.Module):
         self.head = head
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden.detach())
+        value: torch.Tensor = self.head(hidden.detach())
+        return value
 
 
 def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
