@@ -10,8 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -156,10 +158,27 @@ asyncio.run(main())
 SECRET = "hunter2-" + uuid.uuid4().hex
 
 
+@pytest.fixture
+def world_readable_sandbox() -> Iterator[str]:
+    """A copy of the sandbox package that ``nobody`` can read, wherever the checkout lives (a clone under a 0700
+    home is unreadable to it). The package is a leaf, standard library only, so it runs on its own; its parent
+    package is an empty stub, which keeps the test independent of what ``harmonyrl/__init__`` imports."""
+    root = Path(tempfile.mkdtemp(prefix="harmonyrl-nonroot-", dir="/tmp"))
+    try:
+        shutil.copytree(Path(harmonyrl.__file__).parent / "sandbox", root / "harmonyrl" / "sandbox",
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        (root / "harmonyrl" / "__init__.py").write_text("")
+        for path in (root, *root.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield str(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @needs_bwrap
 @skip_unless(_unprivileged()[0] is not None, "no system python3 an unprivileged user could run")
-def test_non_root_mode_isolates_too_and_hides_the_host_environment() -> None:
-    src = str(Path(harmonyrl.__file__).resolve().parents[1])
+def test_non_root_mode_isolates_too_and_hides_the_host_environment(world_readable_sandbox: str) -> None:
+    src = world_readable_sandbox
     python, user = _unprivileged()
     assert python is not None and shutil.which("bwrap") is not None
     # the trainer's environment holds a secret (an API key): bubblewrap, pid 1 of a non-root sandbox, must not
