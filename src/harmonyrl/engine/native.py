@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from harmonyrl.errors import KernelUnavailable
+from harmonyrl.threads import adapt
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -135,7 +136,7 @@ def gumbel_uniform(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) 
         return None
     keys, counters = keys.to(torch.int64).contiguous(), counters.to(torch.int64).contiguous()
     u = torch.empty(keys.shape[0], vocab_size)
-    lib.hrl_gumbel_uniform(_i(keys), _i(counters), keys.shape[0], vocab_size, _f(u), torch.get_num_threads())
+    lib.hrl_gumbel_uniform(_i(keys), _i(counters), keys.shape[0], vocab_size, _f(u), adapt())
     return u
 
 
@@ -212,7 +213,7 @@ class NativeDecode:
             _i(slots),
             _f(logits),
             None if routing is None else _i(routing),
-            torch.get_num_threads(),
+            adapt(),  # the free cores now: a thread without a core would hold up the whole step
         )
         if status != 0:
             raise MemoryError("the C decode step could not allocate its buffers")

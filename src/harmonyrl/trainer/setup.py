@@ -26,6 +26,7 @@ from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
+from harmonyrl.threads import configure as configure_threads
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
 from harmonyrl.trainer.run_folder import clear_for_overwrite
@@ -39,8 +40,7 @@ def setup_process(seed: int, threads: int) -> None:
     hf_logging.disable_progress_bar()
     random.seed(seed)
     torch.manual_seed(seed)
-    if threads > 0:
-        torch.set_num_threads(threads)
+    configure_threads(threads)  # fixed, or adapted to the free cores (harmonyrl/threads.py)
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 

@@ -1,0 +1,149 @@
+"""How many threads the intra-op pool (torch's and the C decode step's OpenMP team) should use right now.
+
+Why adapt: OpenMP splits each parallel region statically across its team, and libgomp's threads spin at every
+barrier. On a shared CPU a thread that loses its core to another process holds up the whole region while its
+partner spins, so two threads beside one busy process run slower than one thread (docs/contention.md: an SFT
+step 3x slower, two runs side by side 50x slower). The passive wait policy removes the spinning but costs
+2-2.5x on an idle virtual machine (every wake-up of a halted vCPU is slow), so the team size adapts instead:
+as many threads as cores that no other runnable thread wants, re-checked at most every
+:data:`INTERVAL_S` from ``/proc/loadavg``'s instantaneous count of runnable threads, minus this process's own.
+
+``threads > 0`` in the config fixes the count (no adaptation); ``HARMONYRL_ADAPTIVE_THREADS=0`` restores the
+old behaviour (torch's default team, all cores, always) so the two can be compared
+(``benchmarks/contention.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+
+INTERVAL_S = 0.1
+"""Least time between two looks at the machine's load (a look costs ~50 us)."""
+
+WINDOW = 3
+"""Looks whose (lower) median decides (one short-lived process, e.g. a shell command, does not halve the team)."""
+
+
+def quota_cores(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> int | None:
+    """Cores a cgroup's CPU quota allows (rounded up), or None without a quota. ``cpu_max`` is cgroup v2's
+    ``cpu.max`` (``"max 100000"`` or ``"150000 100000"``); ``cfs_quota``/``cfs_period`` are cgroup v1's
+    ``cpu.cfs_quota_us`` (``-1``: none) and ``cpu.cfs_period_us``."""
+    if cpu_max is not None:
+        quota, _, period = cpu_max.strip().partition(" ")
+        if quota == "max" or not period:
+            return None
+        return max(1, math.ceil(int(quota) / int(period)))
+    if cfs_quota is None or cfs_period is None or int(cfs_quota) <= 0:
+        return None
+    return max(1, math.ceil(int(cfs_quota) / int(cfs_period)))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def available_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """Cores this process may use: its affinity mask, capped by its cgroup's CPU quota (v2 or v1)."""
+    cores = len(os.sched_getaffinity(0))
+    v1 = cgroup / "cpu"
+    quota = quota_cores(_read(cgroup / "cpu.max"), _read(v1 / "cpu.cfs_quota_us"), _read(v1 / "cpu.cfs_period_us"))
+    return cores if quota is None else min(cores, quota)
+
+
+def threads_for(cores: int, others_running: int) -> int:
+    """Team size for ``cores`` usable cores when ``others_running`` threads of other processes want a core:
+    the free cores, at least one."""
+    return max(1, min(cores, cores - others_running))
+
+
+def runnable_in_loadavg(loadavg: str) -> int:
+    """The machine's runnable threads right now: the ``R`` of ``/proc/loadavg``'s fourth field ``R/T``."""
+    return int(loadavg.split()[3].split("/")[0])
+
+
+def own_runnable() -> int:
+    """Threads of this process that are runnable (state ``R``), counted so they are not taken for others."""
+    n = 0
+    for stat in Path("/proc/self/task").glob("*/stat"):
+        text = _read(stat)
+        if text is not None and text[text.rfind(")") + 2 :].startswith("R"):
+            n += 1
+    return n
+
+
+def adaptive_enabled() -> bool:
+    """False when ``HARMONYRL_ADAPTIVE_THREADS=0`` asks for the old fixed, all-cores team."""
+    return os.environ.get("HARMONYRL_ADAPTIVE_THREADS", "1") != "0"
+
+
+class ThreadGovernor:
+    """The team size to use now (:meth:`threads`), for at most ``cores`` threads; see the module docstring."""
+
+    def __init__(self, cores: int, loadavg: Path = Path("/proc/loadavg")) -> None:
+        self.cores = cores
+        self._loadavg = loadavg
+        self._looks: deque[int] = deque(maxlen=WINDOW)
+        self._last = -math.inf
+        self._threads = cores
+
+    def threads(self) -> int:
+        """Free cores (median of the last :data:`WINDOW` looks), re-checked at most every :data:`INTERVAL_S`."""
+        now = time.monotonic()
+        if self.cores <= 1 or now - self._last < INTERVAL_S:
+            return self._threads
+        self._last = now
+        text = _read(self._loadavg)
+        if text is None:  # not Linux: keep every core, as before
+            return self._threads
+        self._looks.append(max(0, runnable_in_loadavg(text) - own_runnable()))
+        self._threads = threads_for(self.cores, statistics.median_low(self._looks))
+        return self._threads
+
+
+_governor: ThreadGovernor | None = None
+_hook: object | None = None
+
+
+def adapt() -> int:
+    """Resize torch's intra-op team (which the C decode step shares) to what the installed governor says now;
+    returns the team size to use. Without a governor (fixed ``threads``, or adaptation off): torch's count."""
+    import torch
+
+    if _governor is not None:
+        n = _governor.threads()
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def configure(threads: int) -> None:
+    """The process's intra-op threads: ``threads > 0`` fixes them; 0 adapts them to the free cores (before every
+    optimizer step and every compiled decode step), unless ``HARMONYRL_ADAPTIVE_THREADS=0`` keeps torch's
+    default team."""
+    global _governor, _hook
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    _governor = None
+    if threads > 0:
+        torch.set_num_threads(threads)
+        return
+    if not adaptive_enabled():
+        return
+    cores = available_cores()
+    torch.set_num_threads(cores)
+    _governor = ThreadGovernor(cores)
+    if _hook is None:  # one global hook: training steps run on the thread that calls configure()
+        _hook = register_optimizer_step_pre_hook(_before_step)
+
+
+def _before_step(*_: object) -> None:
+    adapt()

@@ -1,0 +1,126 @@
+"""The intra-op team size: cores from affinity and cgroup quota, free cores from the load, and the hooks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from harmonyrl import threads
+from harmonyrl.threads import (
+    ThreadGovernor,
+    available_cores,
+    own_runnable,
+    quota_cores,
+    runnable_in_loadavg,
+    threads_for,
+)
+
+
+@pytest.fixture(autouse=True)
+def restore_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    before = torch.get_num_threads()
+    monkeypatch.setattr(threads, "INTERVAL_S", 0.0)  # every call looks again
+    yield
+    threads._governor = None
+    torch.set_num_threads(before)
+
+
+def loadavg(path: Path, running: int) -> Path:
+    path.write_text(f"0.52 0.58 0.59 {running}/467 12345\n")
+    return path
+
+
+def test_quota_cores_reads_cgroup_v2_and_v1() -> None:
+    assert quota_cores("max 100000\n") is None
+    assert quota_cores("150000 100000\n") == 2  # 1.5 cores: the second one is partly usable
+    assert quota_cores("50000 100000") == 1
+    assert quota_cores(None, "-1", "100000") is None
+    assert quota_cores(None, "300000\n", "100000\n") == 3
+    assert quota_cores(None) is None
+
+
+def test_available_cores_is_affinity_capped_by_quota(tmp_path: Path) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    assert available_cores(tmp_path) == affinity  # no cgroup files: the mask decides
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    assert available_cores(tmp_path) == 1
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert available_cores(tmp_path) == affinity
+
+
+def test_threads_for_counts_free_cores_at_least_one() -> None:
+    assert threads_for(2, 0) == 2
+    assert threads_for(2, 1) == 1  # a busy loop takes one of two cores
+    assert threads_for(2, 7) == 1
+    assert threads_for(8, 3) == 5
+
+
+def test_runnable_in_loadavg_and_own_runnable() -> None:
+    assert runnable_in_loadavg("0.52 0.58 0.59 3/467 12345\n") == 3
+    assert own_runnable() >= 1  # the thread asking is running
+
+
+def test_governor_halves_the_team_beside_others_and_ignores_one_blip(tmp_path: Path) -> None:
+    path = loadavg(tmp_path / "loadavg", 1)  # only this thread runs: nobody else wants a core
+    gov = ThreadGovernor(2, path)
+    assert gov.threads() == 2
+    loadavg(path, 40)
+    assert [gov.threads() for _ in range(3)] == [2, 1, 1]  # looks [0, 39+, 39+]: the median follows in two
+    loadavg(path, 1)
+    assert gov.threads() == 1  # one idle look among three busy ones does not regrow the team
+    assert gov.threads() == 2
+
+
+def test_configure_fixed_threads_win_over_adaptation(tmp_path: Path) -> None:
+    threads.configure(1)
+    assert torch.get_num_threads() == 1
+    assert threads._governor is None and threads.adapt() == 1
+
+
+def test_configure_off_switch_keeps_torch_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARMONYRL_ADAPTIVE_THREADS", "0")
+    threads.configure(0)
+    assert threads._governor is None
+
+
+def test_optimizer_step_adapts_the_team(tmp_path: Path) -> None:
+    threads.configure(0)
+    assert threads._governor is not None
+    threads._governor = ThreadGovernor(2, loadavg(tmp_path / "loadavg", 50))
+    torch.set_num_threads(2)
+    param = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([param], lr=0.1)
+    param.sum().backward()
+    opt.step()  # the global pre-hook looks at the (busy) machine before the step
+    assert torch.get_num_threads() == 1
+
+
+def test_training_numbers_do_not_depend_on_the_team_size() -> None:
+    """Adapting the team to the load must not make a run's results depend on the load: the same SFT-like steps
+    with 2 threads, 1 thread and a mix give bit-identical losses and weights."""
+    from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+
+    def run(schedule: list[int]) -> tuple[list[float], list[torch.Tensor]]:
+        model = build_model(build_config("nano", 256, 0, 1), seed=0).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        ids = torch.randint(2, 256, (4, 64), generator=torch.Generator().manual_seed(0))
+        losses = []
+        for n in schedule:
+            torch.set_num_threads(n)
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    (l2, w2), (l1, w1), (lm, wm) = run([2, 2, 2]), run([1, 1, 1]), run([2, 1, 2])
+    assert l2 == l1 == lm
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(w2, w1, wm, strict=True))
