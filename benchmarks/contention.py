@@ -4,8 +4,8 @@ Each run is ``harmonyrl train sft.steps=60 rl.steps=6 eval.n_tasks=16`` (change 
 subprocess in a temporary output folder, timed from start to exit. "Beside a busy loop": a
 ``python -c 'while True: pass'`` runs throughout. "Beside a second run": two identical runs start together and
 the first one's time is reported. A fair share of a 2-core machine costs 2x at most; the intra-op threads adapt
-to the free cores (``harmonyrl/threads.py``, docs/contention.md). ``--compare`` also times the old behaviour
-(``HARMONYRL_ADAPTIVE_THREADS=0``: torch's fixed all-cores team) in the same session, old and new alternating.
+to the free cores (``harmonyrl/threads.py``, docs/contention.md). ``--compare`` also times the default fixed team
+(``adaptive_threads=false``) in the same session, the two alternating.
 Every child is killed at the end, and each run has a timeout (``--timeout``; a run that hits it counts as the
 timeout, marked ``>``).
 Last line: ``RESULT alone_s=… beside_loop_s=… beside_run_s=… slowdown=…`` (the adaptive threads;
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 SITUATIONS = ("alone", "beside_loop", "beside_run")
-VARIANTS = {"adaptive": "1", "old": "0"}
+VARIANTS = {"adaptive": "adaptive_threads=true", "old": "adaptive_threads=false"}
 
 
 def start(
@@ -69,15 +69,16 @@ def wait_timed(proc: subprocess.Popen[bytes], started: float, timeout: float, lo
 
 def time_run(situation: str, variant: str, args: argparse.Namespace, out: Path, tag: str) -> tuple[float, bool]:
     """One timed run of ``variant`` in ``situation``; every child it started is killed before it returns."""
-    env = {**os.environ, "HARMONYRL_ADAPTIVE_THREADS": VARIANTS[variant]}
+    env = dict(os.environ)
+    overrides = [*args.overrides, VARIANTS[variant]]
     children: list[subprocess.Popen[bytes]] = []
     try:
         if situation == "beside_loop":
             start([sys.executable, "-c", "while True: pass"], env, children, out / f"{tag}-loop.log")
         started, log = time.perf_counter(), out / f"{tag}-a.log"
-        measured = start(train_cmd(out, f"{tag}-a", args.overrides), env, children, log)
+        measured = start(train_cmd(out, f"{tag}-a", overrides), env, children, log)
         if situation == "beside_run":
-            start(train_cmd(out, f"{tag}-b", args.overrides), env, children, out / f"{tag}-b.log")
+            start(train_cmd(out, f"{tag}-b", overrides), env, children, out / f"{tag}-b.log")
         return wait_timed(measured, started, args.timeout, log)
     finally:
         for proc in children:

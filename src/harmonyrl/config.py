@@ -191,7 +191,12 @@ class RunConfig(Frozen):
     run_name: str | None = None
     """Folder name under output_dir; default: a timestamp."""
     threads: int = Field(0, ge=0)
-    """torch intra-op threads; 0 uses all cores."""
+    """torch intra-op threads (shared by the C decode step); 0: the cores this process may use (affinity, cgroup
+    quota)."""
+    adaptive_threads: bool = False
+    """Resize the thread team to the free cores as the machine's load changes (a shared CPU: ~2x instead of up to
+    15x slower beside other jobs, docs/contention.md). Off by default: a run's numbers then depend on the load
+    (the SFT/RL numerics differ with the team size), so it is no longer bit-reproducible. Ignored if threads > 0."""
     model: ModelConfig = ModelConfig()
     env: EnvConfig = CalculatorEnvConfig()
     sft: SFTConfig = SFTConfig()

@@ -8,9 +8,11 @@ step 3x slower, two runs side by side 50x slower). The passive wait policy remov
 as many threads as cores that no other runnable thread wants, re-checked at most every
 :data:`INTERVAL_S` from ``/proc/loadavg``'s instantaneous count of runnable threads, minus this process's own.
 
-``threads > 0`` in the config fixes the count (no adaptation); ``HARMONYRL_ADAPTIVE_THREADS=0`` restores the
-old behaviour (torch's default team, all cores, always) so the two can be compared
-(``benchmarks/contention.py``).
+Opt-in (``adaptive_threads=true``), because it costs reproducibility: the training numerics are not
+invariant to the team size (measured 2026-11-25: the default ``harmonyrl train`` with the adaptive team ended SFT at
+loss 0.069 instead of 0.058 and held-out pass@1 29.4 % instead of 30.2 %, on an otherwise idle machine where stray
+runnable threads made it drop to one thread at times). By default the team is fixed for the whole run at the
+cores this process may use (``threads > 0`` fixes it explicitly).
 """
 
 from __future__ import annotations
@@ -79,11 +81,6 @@ def own_runnable() -> int:
     return n
 
 
-def adaptive_enabled() -> bool:
-    """False when ``HARMONYRL_ADAPTIVE_THREADS=0`` asks for the old fixed, all-cores team."""
-    return os.environ.get("HARMONYRL_ADAPTIVE_THREADS", "1") != "0"
-
-
 class ThreadGovernor:
     """The team size to use now (:meth:`threads`), for at most ``cores`` threads; see the module docstring."""
 
@@ -124,10 +121,10 @@ def adapt() -> int:
     return torch.get_num_threads()
 
 
-def configure(threads: int) -> None:
-    """The process's intra-op threads: ``threads > 0`` fixes them; 0 adapts them to the free cores (before every
-    optimizer step and every compiled decode step), unless ``HARMONYRL_ADAPTIVE_THREADS=0`` keeps torch's
-    default team."""
+def configure(threads: int, adaptive: bool = False) -> None:
+    """The process's intra-op threads: ``threads > 0`` fixes them; 0 fixes them at the cores this process may
+    use, or with ``adaptive`` resizes them to the free cores (before every optimizer step and every compiled
+    decode step)."""
     global _governor, _hook
     import torch
     from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -136,10 +133,10 @@ def configure(threads: int) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
         return
-    if not adaptive_enabled():
-        return
     cores = available_cores()
     torch.set_num_threads(cores)
+    if not adaptive:
+        return
     _governor = ThreadGovernor(cores)
     if _hook is None:  # one global hook: training steps run on the thread that calls configure()
         _hook = register_optimizer_step_pre_hook(_before_step)

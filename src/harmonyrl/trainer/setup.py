@@ -33,14 +33,14 @@ from harmonyrl.trainer.run_folder import clear_for_overwrite
 from harmonyrl.types import Task
 
 
-def setup_process(seed: int, threads: int) -> None:
+def setup_process(seed: int, threads: int, adaptive_threads: bool = False) -> None:
     """Process-wide set-up every command shares: seeds, threads, deterministic kernels, and quiet
     transformers logging (our progress display is the one to watch, not its per-file load/save bars)."""
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     random.seed(seed)
     torch.manual_seed(seed)
-    configure_threads(threads)  # fixed, or adapted to the free cores (harmonyrl/threads.py)
+    configure_threads(threads, adaptive_threads)  # fixed, or adapted to the free cores (harmonyrl/threads.py)
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
