@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 SITUATIONS = ("alone", "beside_loop", "beside_run")
-VARIANTS = {"adaptive": "adaptive_threads=true", "old": "adaptive_threads=false"}
+VARIANTS = {"adaptive": "adaptive_threads=true", "fixed": "adaptive_threads=false"}
 
 
 def start(
@@ -87,13 +87,13 @@ def time_run(situation: str, variant: str, args: argparse.Namespace, out: Path, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", action="store_true", help="also time the old fixed all-cores team")
+    parser.add_argument("--compare", action="store_true", help="also time the default fixed all-cores team")
     parser.add_argument("--repeats", type=int, default=1, help="rounds; medians are reported")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is killed")
     parser.add_argument("--overrides", type=shlex.split, default=shlex.split("sft.steps=60 rl.steps=6 eval.n_tasks=16"))
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks kill the children
-    variants = ["adaptive", "old"] if args.compare else ["adaptive"]
+    variants = ["adaptive", "fixed"] if args.compare else ["adaptive"]
     times: dict[tuple[str, str], list[float]] = {}
     capped: set[tuple[str, str]] = set()
     with tempfile.TemporaryDirectory(prefix="hrl-contention-") as tmp:
@@ -118,7 +118,7 @@ def main() -> None:
         lines.append(f"alone_s={a:.1f} beside_loop_s={loop:.1f} beside_run_s={run:.1f} slowdown={slowdown:.2f}")
     print(f"load average at the end: {os.getloadavg()}")
     if args.compare:
-        print(f"OLD {lines[1]}")
+        print(f"FIXED {lines[1]}")
     print(f"RESULT {lines[0]}")
 
 
