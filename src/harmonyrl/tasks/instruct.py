@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -59,7 +58,9 @@ from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
 from harmonyrl.envs.taskfile import TaskFileError, draw_splits
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
-from harmonyrl.tasks.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate, words
+from harmonyrl.tasks.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate
+from harmonyrl.tasks.instruct_response import GENERIC_TOPIC, MIN_WORDS, is_response
+from harmonyrl.tasks.instruct_writer import END_PHRASES, write
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 INSTRUCTIONS = "Follow every instruction in the user's message exactly. Answer on the final channel."
@@ -68,160 +69,10 @@ REQUESTS = ("Write a short note about {topic}.", "Describe {topic}.", "Tell me a
 TOPICS = ("the sea", "a rainy morning", "an old bicycle", "the night sky", "a busy market", "a mountain walk",
           "a favourite book", "a quiet library", "the first snow", "a long train ride", "a small garden",
           "a city at night")  # fmt: skip
-FILLER = ("{T} can change how a day feels.", "Many people have a story about {t}.", "I often think about {t}.",
-          "There is always more to see in {t}.", "The small details of {t} are easy to miss.",
-          "Some moments with {t} stay for years.", "It is worth taking time for {t}.", "I like it.",
-          "It feels calm.", "Time passes slowly here.")  # fmt: skip
 KEYWORDS = ("bright", "silence", "memory", "promise", "window", "river", "golden", "whisper", "ladder", "harbor")
 FORBIDDEN = ("very", "really", "good", "nice", "beautiful", "amazing", "great", "lovely")
 START_WORDS = ("Honestly", "Today", "Imagine", "Sometimes", "Listen")
-END_PHRASES = ("Is there anything else I can help with?", "That is all.", "Thank you for reading.",
-               "Let me know what you think.")  # fmt: skip
 VERBOSE_PREAMBLE = "Sure! Here is my answer:\n"
-_GENERIC_TOPIC = "the subject"
-MIN_WORDS = 8
-"""A response shorter than this (in :func:`~harmonyrl.tasks.constraints.words`) is no response: it scores 0."""
-MIN_DISTINCT_WORDS = 5
-"""...and so is one that repeats fewer different words (``sea sea sea sea sea sea sea sea``)."""
-_FUNCTION_WORDS = frozenset({"a", "an", "the", "at", "of", "in", "on", "to", "for", "and", "my", "your"})
-
-
-def topic_words(topic: str) -> tuple[str, ...]:
-    """The words of a generated topic an answer must mention ("a city at night" → city, night); none for the
-    generic topic of a hand-written request, whose wording is free text."""
-    if topic == _GENERIC_TOPIC:
-        return ()
-    return tuple(w for w in words(topic.lower()) if w not in _FUNCTION_WORDS)
-
-
-def is_response(text: str, topic: str, prompt: str = "") -> bool:
-    """Whether ``text`` is a response at all (see "What counts as a response" in the module docstring).
-
-    Runs of words that copy a whole line of ``prompt`` (the request or a constraint) are left out first:
-    echoing the instructions is not writing about the topic.
-    """
-    lines = [[w.lower() for w in words(line)] for line in prompt.split("\n")]
-    seen = _without([w.lower() for w in words(text)], [line for line in lines if line])
-    distinct = set(seen)
-    return len(seen) >= MIN_WORDS and len(distinct) >= MIN_DISTINCT_WORDS and distinct.issuperset(topic_words(topic))
-
-
-def _without(seq: list[str], runs: list[list[str]]) -> list[str]:
-    """``seq`` minus every occurrence of any of ``runs`` (left to right, first run that matches)."""
-    out: list[str] = []
-    i = 0
-    while i < len(seq):
-        run = next((r for r in runs if seq[i : i + len(r)] == r), None)
-        if run is None:
-            out.append(seq[i])
-        i += len(run) if run else 1
-    return out
-
-
-class WriterError(ValueError):
-    """The writer found no response meeting every constraint (bounds too tight for the shape asked for)."""
-
-
-# ---- the writer: a compliant response, or one that breaks exactly the constraint asked for -----------
-
-
-def _groups(sentences: list[str], n: int) -> list[list[str]]:
-    size, extra = divmod(len(sentences), n)
-    bounds = [g * size + min(g, extra) for g in range(n + 1)]  # the first ``extra`` groups get one more
-    return [sentences[bounds[g] : bounds[g + 1]] for g in range(n)]
-
-
-def _render(sentences: list[str], by: dict[Kind, Constraint], n_groups: int, start: str | None) -> str:
-    if start is not None and sentences:
-        first = sentences[0]
-        keep = first.startswith("I ") or first in END_PHRASES  # an exact ending keeps its capital
-        sentences = [f"{start} {first if keep else first[0].lower() + first[1:]}", *sentences[1:]]
-    groups = [" ".join(g) for g in _groups(sentences, n_groups)]
-    if "bullets" in by:
-        return "\n".join(f"* {g}" for g in groups)
-    return "\n***\n".join(groups)
-
-
-def write(constraints: Sequence[Constraint], topic: str, rng: random.Random, broken: Kind | None = None) -> str:
-    """A response meeting ``constraints`` (all of them, or all but ``broken``, which it violates on purpose).
-
-    Sentences are topical filler; the word bounds are met by adding sentences (shortest first when tight),
-    the shape (bullets, paragraphs) by spreading them over groups, then exact start / end, wrapping and case.
-    Raises :class:`WriterError` when it finds none (e.g. bounds too tight for the shape, a forbidden "it").
-    """
-    by = {c.kind: c for c in constraints}
-    lo = by["min_words"].n if "min_words" in by else 8
-    hi = by["max_words"].n if "max_words" in by else max(lo + 30, 40)
-    shape = by.get("bullets") or by.get("paragraphs")
-    n_groups = shape.n if shape else 1
-    keywords = list(by["include_keywords"].words) if "include_keywords" in by else []
-    start = by["start_with"].words[0] if "start_with" in by else None
-    match broken:
-        case "min_words":  # a too-short reply: one block, no keyword sentence (it misses more than length)
-            lo, hi, n_groups, keywords = 1, by["min_words"].n - 1, 1, []
-        case "max_words":
-            lo, hi = by["max_words"].n + 5, by["max_words"].n + 60
-        case "bullets" | "paragraphs":
-            n_groups = n_groups + 1 if broken == "bullets" or n_groups == 1 else n_groups - 1
-        case "include_keywords":
-            keywords.pop()
-    head = [f"It brings to mind {' and '.join(keywords)}."] if keywords else []
-    if broken == "forbid_word":
-        head.append(f"The word {by['forbid_word'].words[0]} fits here.")
-    tail = [by["end_with"].phrase] if "end_with" in by else []
-    t = topic
-    fillers = [f.format(t=t, T=t[0].upper() + t[1:]) for f in FILLER]
-    rng.shuffle(fillers)
-    topical = next(i for i, f in enumerate(fillers) if t.lower() in f.lower())
-    fillers.insert(0, fillers.pop(topical))  # the first sentence names the topic (see is_response)
-    if "forbid_word" in by and broken != "forbid_word":  # a task file may forbid a filler word ("the")
-        fillers = [f for f in fillers if by["forbid_word"].holds(f)]
-    for pool in (fillers * 2, sorted(fillers, key=lambda s: len(words(s))) * 2):  # repeats only when breaking
-        body: list[str] = []
-        while True:
-            sentences = head + body + tail
-            text = _finish(_render(sentences, by, n_groups, start), by, broken)
-            count = len(words(text))
-            enough = count >= lo and len(sentences) >= n_groups and (body or broken == "min_words")
-            if enough or len(body) == len(pool):
-                break
-            body.append(pool[len(body)])
-        ok = lo <= count <= hi and len(sentences) >= n_groups
-        if ok and (broken is not None or (is_response(text, topic) and all(c.holds(text) for c in constraints))):
-            return text
-    raise WriterError(
-        f"the built-in writer found no response of {lo}..{hi} words meeting {[c.phrase_line for c in constraints]}"
-    )
-
-
-def _finish(text: str, by: dict[Kind, Constraint], broken: Kind | None) -> str:
-    """Exact start / end fixes, wrapping and case, then the deliberate break of the last-applied kinds."""
-    if broken == "end_with":
-        text += " Thanks again."
-    if broken == "start_with":
-        text = f"Well {text}"
-    if "json" in by:
-        text = json.dumps({"response": text})
-    if "quoted" in by:
-        text = f'"{text}"'
-    if "lowercase" in by:
-        text = text.lower()
-    if "uppercase" in by:
-        text = text.upper()
-    match broken:
-        case "no_commas":
-            text = re.sub(r"(?<=[A-Za-z]) ", ", ", text, count=1)
-        case "lowercase":
-            text = re.sub(r"[a-z]", lambda m: m.group(0).upper(), text, count=1)
-        case "uppercase":
-            text = re.sub(r"[A-Z]+(?=[^A-Z]*$)", lambda m: m.group(0).lower(), text, count=1)
-        case "json":
-            text = f"Here you go: {text}"
-        case "quoted":
-            text = text[:-1]
-    return text
-
-
 # ---- tasks -------------------------------------------------------------------------------------------
 
 
@@ -269,7 +120,7 @@ def topic_of(request: str) -> str:
         head, _, tail = template.partition("{topic}")
         if request.startswith(head) and request.endswith(tail) and len(request) > len(head) + len(tail):
             return request[len(head) : len(request) - len(tail)]
-    return _GENERIC_TOPIC
+    return GENERIC_TOPIC
 
 
 def _draw(r: random.Random) -> tuple[str, Callable[[], tuple[str, str]]]:
