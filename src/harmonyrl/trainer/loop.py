@@ -89,6 +89,7 @@ async def run_sft(
         optimizer.load_state_dict(resume.state["optimizer"])
         schedule.load_state_dict(resume.state["schedule"])
         first = resume.step
+    files = CheckpointFiles(config, tok) if run_dir is not None else None  # built once, copied into each save
     model.train()
     progress.start("sft", cfg.steps, done=first)
     for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
@@ -99,7 +100,6 @@ async def run_sft(
         sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0])}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            files = CheckpointFiles(config, tok)
             save_progress(run_dir, model, "sft", step + 1, optimizer, files, schedule=schedule.state_dict())
     progress.stop()
 
