@@ -29,9 +29,10 @@ class ModelConfig(Frozen):
     """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init. With it,
     ``sft.steps`` defaults to 0 (the checkpoint is the warm start); an explicit ``sft.steps=N`` runs N SFT steps
     from the checkpoint."""
-    attention: Literal["eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "eager"
-    """Trainer attention kernel: transformers' eager reference, the fused exact sink kernel, or a deliberately
-    sink-less one (reproduces the sampler/trainer mismatch; see ``harmonyrl.models.attention``)."""
+    attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "harmonyrl_eager"
+    """Trainer attention kernel: transformers' eager math with gradients independent of the thread count (default),
+    transformers' eager reference itself, the fused exact sink kernel, or a deliberately sink-less one (reproduces
+    the sampler/trainer mismatch); see ``harmonyrl.models.attention``."""
     engine_sinks: bool = True
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
 
@@ -191,12 +192,13 @@ class RunConfig(Frozen):
     run_name: str | None = None
     """Folder name under output_dir; default: a timestamp."""
     threads: int = Field(0, ge=0)
-    """torch intra-op threads (shared by the C decode step); 0: the cores this process may use (affinity, cgroup
-    quota)."""
-    adaptive_threads: bool = False
-    """Resize the thread team to the free cores as the machine's load changes (a shared CPU: ~2x instead of up to
-    15x slower beside other jobs, docs/contention.md). Off by default: a run's numbers then depend on the load
-    (the SFT/RL numerics differ with the team size), so it is no longer bit-reproducible. Ignored if threads > 0."""
+    """torch intra-op threads (shared by the C decode step); 0: as many as the machine has free (see
+    ``adaptive_threads``)."""
+    adaptive_threads: bool = True
+    """With ``threads=0``: resize the thread team to the cores other processes leave free, as the load changes (a
+    shared CPU costs ~2x instead of up to 15x, docs/contention.md). The figures do not depend on the team size
+    (``tests/test_team_invariance.py``), except with ``model.attention=eager`` (transformers' own kernel, whose
+    gradients do): its team stays fixed. False: a team of all the cores this process may use, for the whole run."""
     model: ModelConfig = ModelConfig()
     env: EnvConfig = CalculatorEnvConfig()
     sft: SFTConfig = SFTConfig()
@@ -205,6 +207,11 @@ class RunConfig(Frozen):
     eval: EvalConfig = EvalConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     env_faults: FaultInjectionConfig = FaultInjectionConfig()
+
+    @property
+    def adapts_threads(self) -> bool:
+        """The thread team follows the load: asked for, and the trainer's numerics do not depend on it."""
+        return self.threads == 0 and self.adaptive_threads and self.model.attention != "eager"
 
     @model_validator(mode="before")
     @classmethod

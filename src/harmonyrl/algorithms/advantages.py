@@ -109,8 +109,8 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     m = mask.to(values.dtype)
     n = m.sum().clamp(min=1.0)
     x = torch.where(m > 0, values, torch.zeros_like(values))
-    mean = (x * m).sum() / n
-    var = (((x - mean) ** 2) * m).sum() / n
+    mean = (x * m).sum(dim=-1).sum() / n  # row sums first: the result does not depend on the thread team
+    var = (((x - mean) ** 2) * m).sum(dim=-1).sum() / n
     return (x - mean) * torch.rsqrt(var + eps) * m
 
 

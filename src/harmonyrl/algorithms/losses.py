@@ -34,7 +34,7 @@ class PolicyLossOutput:
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Token-mean aggregation: ``sum(values * mask) / max(sum(mask), 1)``. ``[B, T]`` → scalar."""
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    return (values * mask).sum(dim=-1).sum() / mask.sum().clamp(min=1.0)
 
 
 def aggregate_loss(
@@ -56,20 +56,22 @@ def aggregate_loss(
     """
     m = mask.to(per_token.dtype)
     masked = torch.where(m > 0, per_token, torch.zeros_like(per_token)) * m
+    # row sums first: torch splits a single reduction over more than 32,768 elements by the thread team, so its
+    # last bits would depend on the team size; reductions along a dimension do not (harmonyrl/threads.py)
     if mode == "token-mean":
         count = m.sum() if denominator is None else torch.tensor(denominator, dtype=per_token.dtype)
-        return masked.sum() / count.clamp(min=1.0)
+        return masked.sum(dim=-1).sum() / count.clamp(min=1.0)
     tokens = m.sum(dim=-1)
     n_seq = (tokens > 0).sum() if denominator is None else torch.tensor(denominator)
     n_seq = n_seq.to(per_token.dtype).clamp(min=1.0)
     if mode == "seq-mean-token-sum":
-        return masked.sum() / n_seq
+        return masked.sum(dim=-1).sum() / n_seq
     if mode == "seq-mean-token-mean":
         return (masked.sum(dim=-1) / tokens.clamp(min=1.0)).sum() / n_seq
     if mode == "seq-mean-token-sum-norm":
         if norm is None or norm <= 0:
             raise ValueError("seq-mean-token-sum-norm needs a positive constant `norm` (e.g. max response length)")
-        return masked.sum() / n_seq / norm
+        return masked.sum(dim=-1).sum() / n_seq / norm
     raise ValueError(f"unknown aggregation mode {mode!r}")
 
 

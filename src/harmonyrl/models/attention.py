@@ -6,6 +6,10 @@ CPU (sdpa is refused, flex attention refuses sinks). Kernels here, registered wi
 ``AttentionInterface`` so ``GptOssForCausalLM`` calls them in training exactly like its own:
 
 * ``eager`` — transformers' reference (materialises the ``[B, H, T, S + 1]`` logits).
+* ``harmonyrl_eager`` (the default) — the same operations, bit for bit in the forward pass, with a softmax whose
+  backward (:mod:`harmonyrl.models.team_invariant`) does not depend on the OpenMP team size. torch's fused CPU
+  softmax backward does, so with ``eager`` a run's gradients, and from there every figure, changed with the
+  number of threads (docs/contention.md); with this kernel they do not, so the team may follow the machine's load.
 * ``harmonyrl_sink_sdpa`` — exact and fused: one ``scaled_dot_product_attention`` call on an augmented head
   dimension. Each query gets one extra coordinate ``sink_h / scale``; real keys get 0 there; one extra key
   is ``e_{D+1}`` with a zero value. Its logit is then exactly ``sink_h`` and it adds ``exp(sink_h)`` to the
@@ -36,13 +40,16 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
+from transformers.models.gpt_oss.modeling_gpt_oss import repeat_kv
+
+from harmonyrl.models.team_invariant import softmax_last_dim
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
 
-KernelName = Literal["eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
-KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
+KernelName = Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
+KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
 
 
 def _keep_mask(attention_mask: torch.Tensor | None, s: int) -> torch.Tensor | None:
@@ -238,6 +245,32 @@ def _hf_kernel(with_sink: bool) -> Any:
     return attention
 
 
+def _team_invariant_eager(
+    module: GptOssAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' eager GPT-OSS attention, operation for operation, but for the softmax's backward."""
+    if dropout and module.training:
+        raise ValueError("harmonyrl attention kernels do not implement attention dropout")
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    sinks = module.sinks.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
+    combined = torch.cat([weights, sinks], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    scores = softmax_last_dim(combined)[..., :-1]  # the sink takes its share, then is dropped
+    out = torch.matmul(scores.to(value_states.dtype), value_states)
+    return out.transpose(1, 2).contiguous(), scores
+
+
 def _sdpa_mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
     """HF's boolean sdpa mask. HF returns None for a purely causal mask with ``T == S`` (or a single query, which
     sees every key) so that the kernel can skip the masked blocks; sliding-window layers whose window binds
@@ -251,6 +284,8 @@ def register_kernels() -> None:
     for name, with_sink in (("harmonyrl_sink_sdpa", True), ("harmonyrl_sinkless", False)):
         AttentionInterface.register(name, _hf_kernel(with_sink))
         AttentionMaskInterface.register(name, _sdpa_mask)
+    AttentionInterface.register("harmonyrl_eager", _team_invariant_eager)
+    AttentionMaskInterface.register("harmonyrl_eager", AttentionMaskInterface._global_mapping["eager"])
 
 
 def set_kernel(model: PreTrainedModel, kernel: KernelName) -> None:

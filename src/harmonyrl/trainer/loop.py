@@ -109,7 +109,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False, overw
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
     earlier run folder of that name."""
     t_start = time.perf_counter()
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, config.adapts_threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
@@ -285,7 +285,7 @@ def write_summary(result: TrainResult) -> None:
 async def sft_only(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> Path:
     """``harmonyrl sft``: warm start only; returns the checkpoint folder. Resumable like ``train``: progress
     is saved every ``sft.checkpoint_every`` steps, and ``resume`` continues from there, bit for bit."""
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, config.adapts_threads)
     done = config.output_dir / str(config.run_name) / "checkpoints" / "sft"
     if resume and (done / "config.json").is_file():  # written once, after the last step
         console.print(f"'{done.parent.parent}' finished its warm start already: nothing to resume")
@@ -312,7 +312,7 @@ async def eval_only(
 ) -> dict[str, float]:
     """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce`` (which env, and why) is printed once the
     checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error."""
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, config.adapts_threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
