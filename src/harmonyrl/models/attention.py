@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from transformers import AttentionInterface, AttentionMaskInterface
-from transformers.masking_utils import sdpa_mask
+from transformers.masking_utils import eager_mask, sdpa_mask
 from transformers.models.gpt_oss.modeling_gpt_oss import repeat_kv
 
 from harmonyrl.models.team_invariant import softmax_last_dim
@@ -285,7 +285,7 @@ def register_kernels() -> None:
         AttentionInterface.register(name, _hf_kernel(with_sink))
         AttentionMaskInterface.register(name, _sdpa_mask)
     AttentionInterface.register("harmonyrl_eager", _team_invariant_eager)
-    AttentionMaskInterface.register("harmonyrl_eager", AttentionMaskInterface._global_mapping["eager"])
+    AttentionMaskInterface.register("harmonyrl_eager", eager_mask)  # the additive mask transformers' eager takes
 
 
 def set_kernel(model: PreTrainedModel, kernel: KernelName) -> None:

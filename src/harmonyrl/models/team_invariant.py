@@ -26,7 +26,7 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (p,) = ctx.saved_tensors
+        p: torch.Tensor = ctx.saved_tensors[0]
         return p * (grad - (grad * p).sum(dim=-1, keepdim=True))
 
 
