@@ -154,3 +154,13 @@ def test_causal_path_without_mask_equals_eager() -> None:
         assert torch.allclose(gr, gref, atol=1e-5 * max(1.0, gref.abs().max().item()))
     portable = attention._augmented_sdpa(q, k, v, sinks, keep, 16**-0.5)  # the non-CPU route stays exact too
     assert torch.allclose(portable, ref, atol=1e-5)
+
+
+def test_team_invariant_eager_is_eager_in_the_forward_and_close_in_the_backward() -> None:
+    model = _model()
+    ref, ref_grads = _logits_and_grads(model, "eager")
+    out, grads = _logits_and_grads(model, "harmonyrl_eager")
+    assert torch.equal(out, ref)  # the same operations: bit for bit
+    assert ref_grads.keys() == grads.keys() and any("sinks" in n for n in grads)
+    for name, g in ref_grads.items():
+        assert torch.allclose(grads[name], g, atol=1e-6 * max(1.0, g.abs().max().item())), name
