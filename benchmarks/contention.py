@@ -4,11 +4,11 @@ Each run is ``harmonyrl train sft.steps=60 rl.steps=6 eval.n_tasks=16`` (change 
 subprocess in a temporary output folder, timed from start to exit. "Beside a busy loop": a
 ``python -c 'while True: pass'`` runs throughout. "Beside a second run": two identical runs start together and
 the first one's time is reported. A fair share of a 2-core machine costs 2x at most; the intra-op threads adapt
-to the free cores (``harmonyrl/threads.py``, docs/contention.md). ``--compare`` also times the default fixed team
+to the free cores (``harmonyrl/threads.py``, docs/contention.md). ``--compare`` also times a fixed all-cores team
 (``adaptive_threads=false``) in the same session, the two alternating.
 Every child is killed at the end, and each run has a timeout (``--timeout``; a run that hits it counts as the
 timeout, marked ``>``).
-Last line: ``RESULT alone_s=… beside_loop_s=… beside_run_s=… slowdown=…`` (the adaptive threads;
+Last line: ``RESULT alone_s=… beside_loop_s=… beside_run_s=… slowdown=…`` (the default, adaptive threads;
 slowdown = the worse of beside_loop/alone and beside_run/alone).
 
 Run: ``python benchmarks/contention.py [--compare] [--repeats N]``
@@ -87,7 +87,7 @@ def time_run(situation: str, variant: str, args: argparse.Namespace, out: Path, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", action="store_true", help="also time the default fixed all-cores team")
+    parser.add_argument("--compare", action="store_true", help="also time a fixed all-cores team (adaptive_threads=false)")
     parser.add_argument("--repeats", type=int, default=1, help="rounds; medians are reported")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is killed")
     parser.add_argument("--overrides", type=shlex.split, default=shlex.split("sft.steps=60 rl.steps=6 eval.n_tasks=16"))
