@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM, Mxfp4Config
+from transformers import GptOssConfig, GptOssForCausalLM
+from transformers.utils.quantization_config import Mxfp4Config
 
 from harmonyrl.errors import CheckpointError
 from harmonyrl.models.original import is_original_layout, load_original
@@ -54,7 +56,8 @@ def _load_hf(folder: Path) -> GptOssForCausalLM:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        model, info = GptOssForCausalLM.from_pretrained(
+        # output_loading_info makes it a (model, info) pair, which the annotation does not say
+        loaded: Any = GptOssForCausalLM.from_pretrained(
             folder,
             config=config,
             dtype=torch.float32,
@@ -66,9 +69,11 @@ def _load_hf(folder: Path) -> GptOssForCausalLM:
         raise CheckpointError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
     finally:
         quiet.setLevel(level)
+    model, info = loaded
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         if info.get(kind):  # the check above should have caught it: never train on a silently random tensor
             raise CheckpointError(f"transformers reports {kind.replace('_', ' ')}: {sorted(info[kind])[:3]}")
+    assert isinstance(model, GptOssForCausalLM)
     return model
 
 

@@ -75,19 +75,20 @@ def original_config(raw: dict[str, Any]) -> GptOssConfig:
     from the ``rope_*`` fields; the instruct models' special-token ids)."""
     try:
         kwargs = dict(raw)
+        factor, context = float(kwargs.pop("rope_scaling_factor")), int(kwargs.pop("initial_context_length", 4096))
         rope = {
             "rope_type": "yarn",
             "rope_theta": float(kwargs.pop("rope_theta", 150000.0)),
-            "factor": float(kwargs.pop("rope_scaling_factor")),
+            "factor": factor,
             "beta_fast": float(kwargs.pop("rope_ntk_beta")),
             "beta_slow": float(kwargs.pop("rope_ntk_alpha")),
-            "original_max_position_embeddings": int(kwargs.pop("initial_context_length", 4096)),
+            "original_max_position_embeddings": context,
             "truncate": False,
         }
         kwargs["num_local_experts"] = kwargs.pop("num_experts")
         kwargs["num_experts_per_tok"] = kwargs.pop("experts_per_token")
         # YaRN's context: the published models' 131072 = 4096 × 32 (transformers warns when they disagree)
-        kwargs.setdefault("max_position_embeddings", int(rope["original_max_position_embeddings"] * rope["factor"]))
+        kwargs.setdefault("max_position_embeddings", int(context * factor))
         if int(kwargs["vocab_size"]) > 200002:  # the o200k_harmony ids the instruct models stop and pad on
             kwargs.setdefault("eos_token_id", 200002)  # <|return|>
             kwargs.setdefault("pad_token_id", 199999)  # <|endoftext|>

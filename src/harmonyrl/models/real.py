@@ -98,6 +98,11 @@ def load_config(folder: Path) -> GptOssConfig:
         raise CheckpointError(f"'{path}' is not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"'{path}' must hold a JSON object")
+    if "model_type" not in raw and "num_experts" in raw:
+        raise CheckpointError(
+            f"'{path}' is OpenAI's original layout: check-checkpoint reads the Hugging Face layout "
+            "(model.init_from and eval --checkpoint load both)"
+        )
     if raw.get("model_type") != "gpt_oss":
         raise CheckpointError(f"'{path}' is not a gpt-oss config (model_type={raw.get('model_type')!r})")
     for key in _REQUIRED_INTS:
