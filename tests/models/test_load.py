@@ -13,6 +13,7 @@ import pytest
 import torch
 from ckpt_writers import (
     EXPERT_MATRICES,
+    QUANTIZATION_CONFIG,
     mxfp4_encode,
     mxfp4_state,
     write_bf16_sharded,
@@ -98,6 +99,14 @@ def test_bf16_sharded_checkpoint_loads_to_fp32(tmp_path: Path, source: GptOssFor
         assert torch.all((expected.get_parameter(name) - p).abs() <= p.abs() * 2**-8), name
     _assert_same_weights(loaded, expected)
     assert torch.equal(_logits(loaded, ids), _logits(expected, ids))
+
+
+def test_plain_weights_under_an_mxfp4_config_load(tmp_path: Path, source: GptOssForCausalLM) -> None:
+    """A dequantised copy saved with the quantised model's config.json: the tensors decide, not the config."""
+    folder = write_bf16_sharded(source, tmp_path / "plain")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": QUANTIZATION_CONFIG}))
+    _assert_same_weights(load_checkpoint(folder), _rounded(source, experts_mxfp4=False, others_bf16=True))
 
 
 def test_original_layout_loads(tmp_path: Path, source: GptOssForCausalLM, ids: torch.Tensor) -> None:
