@@ -26,7 +26,8 @@ class ModelConfig(Frozen):
     preset: Literal["nano", "micro", "small"] = "micro"
     """Size preset of the tiny GPT-OSS (nano: tests, micro: default demo, small: longer runs)."""
     init_from: Path | None = None
-    """Start from this checkpoint folder (config.json + model.safetensors) instead of a fresh init. With it,
+    """Start from this gpt-oss checkpoint folder instead of a fresh init (Hugging Face layout, bf16/fp32, sharded or
+    MXFP4, or OpenAI's original; docs/checkpoints.md). With it,
     ``sft.steps`` defaults to 0 (the checkpoint is the warm start); an explicit ``sft.steps=N`` runs N SFT steps
     from the checkpoint."""
     attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "harmonyrl_eager"

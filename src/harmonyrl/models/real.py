@@ -98,6 +98,11 @@ def load_config(folder: Path) -> GptOssConfig:
         raise CheckpointError(f"'{path}' is not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"'{path}' must hold a JSON object")
+    if "model_type" not in raw and "num_experts" in raw:
+        raise CheckpointError(
+            f"'{path}' is OpenAI's original layout: check-checkpoint reads the Hugging Face layout "
+            "(model.init_from and eval --checkpoint load both)"
+        )
     if raw.get("model_type") != "gpt_oss":
         raise CheckpointError(f"'{path}' is not a gpt-oss config (model_type={raw.get('model_type')!r})")
     for key in _REQUIRED_INTS:
@@ -235,3 +240,29 @@ def check_checkpoint(folder: Path) -> CheckpointReport:
         shape_mismatches=tuple(mismatches),
         absent_shards=absent,
     )
+
+
+def first_problem(report: CheckpointReport) -> str | None:
+    """Why the folder cannot be loaded as it is, in one line (the first problem found), or None if it can: every
+    shard present, every parameter stored (plain, or as MXFP4 blocks with their scales) with the right shape, and
+    nothing else."""
+    if report.absent_shards:
+        return f"shard file(s) named in {INDEX} are not in the folder: {', '.join(report.absent_shards)}"
+    if report.tensors_named == 0:
+        return f"no weights: neither {SINGLE_FILE} nor {INDEX} is in the folder"
+    for name in report.quantised:  # half of an MXFP4 pair: the other half is missing, this one is not
+        blocks, scales = f"{name}_blocks", f"{name}_scales"
+        if (blocks in report.missing) != (scales in report.missing):
+            have, lack = (scales, blocks) if blocks in report.missing else (blocks, scales)
+            return f"MXFP4 tensor '{have}' has no '{lack}' beside it"
+    if report.shape_mismatches:
+        m = report.shape_mismatches[0]
+        more = f" (and {len(report.shape_mismatches) - 1} more)" if len(report.shape_mismatches) > 1 else ""
+        return f"'{m.name}' has shape {list(m.found)}, config.json implies {list(m.expected)}{more}"
+    if report.missing:
+        more = f" (and {len(report.missing) - 1} more)" if len(report.missing) > 1 else ""
+        return f"tensor '{report.missing[0]}' is missing{more}"
+    if report.unexpected:
+        more = f" (and {len(report.unexpected) - 1} more)" if len(report.unexpected) > 1 else ""
+        return f"tensor '{report.unexpected[0]}' is not a parameter of the model config.json describes{more}"
+    return None

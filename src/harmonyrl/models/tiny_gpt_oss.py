@@ -16,6 +16,7 @@ import torch
 from transformers import GptOssConfig, GptOssForCausalLM
 
 from harmonyrl.errors import CheckpointError
+from harmonyrl.models.load import load_checkpoint
 
 PresetName = Literal["nano", "micro", "small"]
 
@@ -82,14 +83,11 @@ def build_model(config: GptOssConfig, seed: int) -> GptOssForCausalLM:
 
 
 def load_model(path: Path) -> GptOssForCausalLM:
-    """Load a checkpoint folder (config.json + model.safetensors) written by :func:`save_model`."""
+    """Load a gpt-oss checkpoint folder in fp32: one written by :func:`save_model`, a Hugging Face one (bf16 or
+    fp32, sharded or not, MXFP4 experts dequantised) or OpenAI's original layout (:mod:`harmonyrl.models.load`)."""
     if not (path / "config.json").is_file():
         raise CheckpointError(f"'{path}' is not a checkpoint folder (no config.json inside)")
-    try:
-        return GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    except Exception as e:  # safetensors, JSON and shape errors alike: name the folder, keep the cause
-        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"cannot load checkpoint '{path}': {first_line}") from e
+    return load_checkpoint(path)
 
 
 def check_max_seq_len(config: GptOssConfig, max_seq_len: int, source: str) -> None:
