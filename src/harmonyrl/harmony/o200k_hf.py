@@ -65,9 +65,10 @@ def o200k_tokenizer_json() -> str:
         def load_tiktoken_bpe(tiktoken_url: str) -> dict[bytes, int]:
             return read_ranks()
 
-    tok: Tokenizer = _WheelConverter(
+    converter = _WheelConverter(  # type: ignore[no-untyped-call]  # transformers' converters are untyped
         vocab_file="o200k_base", pattern=O200K_PATTERN, extra_special_tokens=special_names()
-    ).converted()
+    )
+    tok: Tokenizer = converter.converted()
     if tok.get_vocab_size(with_added_tokens=True) != O200kCodec.vocab_size:  # pragma: no cover - a changed wheel
         raise ValueError(f"converted o200k has {tok.get_vocab_size(with_added_tokens=True)} ids, expected 201088")
     return tok.to_str()

@@ -189,13 +189,14 @@ def _window(routing: MoeRouting | None, rows: slice, cols: slice) -> AbstractCon
     return nullcontext() if routing is None else routing.window(rows, cols)
 
 
-def _lm_head(model: torch.nn.Module) -> torch.nn.Module:
-    """The model's output projection (transformers' ``get_output_embeddings``), ``weight`` ``[V, H]``."""
+def _lm_head(model: torch.nn.Module) -> tuple[torch.nn.Module, int]:
+    """The model's output projection (transformers' ``get_output_embeddings``, ``weight`` ``[V, H]``) and ``V``."""
     get = getattr(model, "get_output_embeddings", None)
     head = get() if callable(get) else None
-    if not isinstance(head, torch.nn.Module):
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, torch.nn.Module) or not isinstance(weight, torch.Tensor):
         raise TypeError(f"{type(model).__name__} has no output embeddings (LM head) to score tokens with")
-    return head
+    return head, int(weight.shape[0])
 
 
 def score(
@@ -221,8 +222,7 @@ def score(
     others score 0. (The prompt is most of an episode: scoring only sampled tokens saves most of the head.)
     """
     b, t = input_ids.shape
-    head = _lm_head(model)
-    vocab = int(head.weight.shape[0])
+    head, vocab = _lm_head(model)
     chunked = not keep_logits and b * (t - 1) * vocab > LOGITS_BUDGET
     with nullcontext() if routing is None else routing:
         logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing, not chunked)
