@@ -1,6 +1,6 @@
 """Does the default `harmonyrl train` learn? Runs it for several seeds and prints success before/after.
 
-    python benchmarks/learning.py [--seeds 3] [key=value ...]
+    python benchmarks/learning.py [--seeds 3] [--tokenizer o200k_harmony] [key=value ...]
 
 "Success" is held-out pass@1 sampled at the evaluation temperature (the policy as it acts); greedy success
 is printed beside it. Last line:
@@ -25,17 +25,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="keep run folders here (default: temp dir)")
+    parser.add_argument(
+        "--tokenizer", choices=["harmonyrl_bpe", "o200k_harmony"], default=None, help="sets model.tokenizer"
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     console = Console()
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-learning-"))
     rows = []
+    chosen = [f"model.tokenizer={args.tokenizer}"] if args.tokenizer else []
     for seed in range(args.seeds):
-        cfg = load_config(None, [*args.overrides, f"seed={seed}", f"output_dir={out}", f"run_name=seed{seed}"])
+        cfg = load_config(None, [*chosen, *args.overrides, f"seed={seed}", f"output_dir={out}", f"run_name=seed{seed}"])
         result = asyncio.run(train(cfg, console))
         r = result
         rows.append((seed, r.success_before, r.success_after, r.minutes, r.greedy_before, r.greedy_after))
-    table = Table(title="held-out success, default config")
+    table = Table(title=f"held-out success, {' '.join([*chosen, *args.overrides]) or 'default config'}")
     for col in ("seed", "pass@1 before", "after", "gain (pp)", "greedy before", "after", "gain (pp)", "minutes"):
         table.add_column(col, justify="right")
     for seed, b, a, m, gb, ga in rows:

@@ -19,6 +19,7 @@ from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLCo
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
 from harmonyrl.frozen import Frozen
+from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
 
@@ -36,6 +37,8 @@ class ModelConfig(Frozen):
     the sampler/trainer mismatch); see ``harmonyrl.models.attention``."""
     engine_sinks: bool = True
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
+    tokenizer: TokenizerName = "harmonyrl_bpe"
+    """Vocabulary: the shipped 1,024-id BPE, or GPT-OSS's real o200k_harmony (201,088 ids, needs bpe-openai)."""
 
     @field_validator("init_from")
     @classmethod

@@ -267,7 +267,7 @@ O200K_HARMONY_SPECIALS = SpecialIds(
 )
 """Control-token ids of ``o200k_harmony`` (checked against openai-harmony in tests/harmony)."""
 
-_O200K_SPECIAL_TEXT: dict[int, str] = {
+O200K_SPECIAL_TEXT: dict[int, str] = {
     199998: "<|startoftext|>",
     199999: "<|endoftext|>",
     200002: "<|return|>",
@@ -278,26 +278,36 @@ _O200K_SPECIAL_TEXT: dict[int, str] = {
     200008: "<|message|>",
     200012: "<|call|>",
 }
+"""The named control tokens of ``o200k_harmony``; openai-harmony decodes every other id ≥ 199998 as
+``<|reserved_{id}|>``."""
 
 
 class O200kCodec:
     """The real GPT-OSS vocabulary: o200k_base from ``bpe_openai`` plus the o200k_harmony control ids.
 
-    Used to prove id-for-id parity with openai-harmony and to drive real GPT-OSS checkpoints.
-    ``o200k_harmony`` reserves 199998..201087 for special tokens; only the named ones are known here.
+    The vocabulary of ``model.tokenizer=o200k_harmony`` (see :mod:`harmonyrl.harmony.codecs`): id-for-id parity
+    with openai-harmony is tested, and real GPT-OSS checkpoints use it. ``o200k_harmony`` reserves
+    199998..201087 for special tokens (201,088 ids, GPT-OSS's ``vocab_size``); only the named ones are known here.
     """
 
     special = O200K_HARMONY_SPECIALS
     vocab_size = 201088
 
     def __init__(self) -> None:
-        try:
-            import bpe_openai
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "O200kCodec needs the 'bpe-openai' package (pip install 'harmonyrl[test]' or bpe-openai)"
-            ) from exc
+        self.require_package()
+        import bpe_openai
+
         self._enc = bpe_openai.get_encoding("o200k_base")
+
+    @staticmethod
+    def require_package() -> None:
+        """A one-line :class:`ImportError` naming the extra to install when ``bpe-openai`` is missing."""
+        import importlib.util
+
+        if importlib.util.find_spec("bpe_openai") is None:
+            raise ImportError(
+                "model.tokenizer=o200k_harmony needs the 'bpe-openai' package: pip install 'harmonyrl[o200k]'"
+            )
 
     def encode(self, text: str) -> list[int]:
         return list(self._enc.encode_ordinary(text))
@@ -306,10 +316,10 @@ class O200kCodec:
         parts: list[str] = []
         run: list[int] = []
         for i in ids:
-            if i in _O200K_SPECIAL_TEXT or i >= 199998:
+            if i in O200K_SPECIAL_TEXT or i >= 199998:
                 parts.append(self._enc.decode(run))
                 run = []
-                parts.append(_O200K_SPECIAL_TEXT.get(i, f"<|reserved_{i}|>"))
+                parts.append(O200K_SPECIAL_TEXT.get(i, f"<|reserved_{i}|>"))
             else:
                 run.append(i)
         parts.append(self._enc.decode(run))

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from harmonyrl.models.compat import cache_kwarg, output_cache
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
+from harmonyrl.trainer.token_scores import LOGITS_BUDGET, chunk_positions, chunked_token_scores, token_scores
 from harmonyrl.types import Trajectory
 
 
@@ -132,9 +132,11 @@ def _forward(
     attention_mask: torch.Tensor,
     hidden: bool = False,
     routing: MoeRouting | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    head: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``[B, T, V]`` logits (and ``[B, T, H]`` last hidden states if ``hidden``); a prefix shared by all rows
-    is run once (batch 1) and its keys/values broadcast to every row.
+    is run once (batch 1) and its keys/values broadcast to every row. ``head=False``: no logits at all (None),
+    only the final (normed) hidden states, for :func:`chunked_token_scores` to apply the LM head piece by piece.
 
     Exact: the prefix's activations are identical in every row, and autograd sums the rows' gradients
     through the broadcast (``expand``), as the per-row computation would. Falls back to one plain pass when
@@ -148,15 +150,17 @@ def _forward(
         p = routing.shared_replay_len(p)
     everything = (slice(0, b), slice(0, t))
     head_win, tail_win = (slice(0, 1), slice(0, p)), (slice(0, b), slice(p, t))
-    extra = {"output_hidden_states": True} if hidden else {}
+    extra: dict[str, Any] = {"output_hidden_states": True} if hidden or not head else {}
+    if not head:  # transformers' CausalLM forward applies the LM head to these positions only: none
+        extra["logits_to_keep"] = torch.empty(0, dtype=torch.long)
 
     def last_hidden(out: Any) -> torch.Tensor | None:
-        return out.hidden_states[-1] if hidden else None
+        return out.hidden_states[-1] if hidden or not head else None
 
     if b >= 2 and p >= MIN_SHARED_PREFIX:
         with _window(routing, *head_win):
-            head = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
-        cache = output_cache(head)
+            first = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
+        cache = output_cache(first)
         layers = getattr(cache, "layers", None)
         if layers is not None and all(hasattr(x, "keys") and hasattr(x, "values") for x in layers):
             for layer in layers:
@@ -172,17 +176,27 @@ def _forward(
                     **{cache_kwarg(type(model).forward): cache},
                     **extra,
                 )
-            logits = torch.cat([head.logits.expand(b, -1, -1), tail.logits], dim=1)
-            h_head, h_tail = last_hidden(head), last_hidden(tail)
+            logits = torch.cat([first.logits.expand(b, -1, -1), tail.logits], dim=1) if head else None
+            h_head, h_tail = last_hidden(first), last_hidden(tail)
             states = None if h_head is None or h_tail is None else torch.cat([h_head.expand(b, -1, -1), h_tail], 1)
             return logits, states
     with _window(routing, *everything):
         out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
-    return out.logits, last_hidden(out)
+    return (out.logits if head else None), last_hidden(out)
 
 
 def _window(routing: MoeRouting | None, rows: slice, cols: slice) -> AbstractContextManager[None]:
     return nullcontext() if routing is None else routing.window(rows, cols)
+
+
+def _lm_head(model: torch.nn.Module) -> tuple[torch.nn.Module, int]:
+    """The model's output projection (transformers' ``get_output_embeddings``, ``weight`` ``[V, H]``) and ``V``."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, torch.nn.Module) or not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{type(model).__name__} has no output embeddings (LM head) to score tokens with")
+    return head, int(weight.shape[0])
 
 
 def score(
@@ -193,6 +207,7 @@ def score(
     value_head: torch.nn.Module | None = None,
     keep_logits: bool = False,
     routing: MoeRouting | None = None,
+    needed: torch.Tensor | None = None,
 ) -> Scored:
     """Trainer log-probs of ``input_ids[:, 1:]`` given their prefixes (and values / logits if asked).
 
@@ -201,14 +216,27 @@ def score(
     The entropy is exact (summed over the vocabulary). It needs a gradient only for an entropy bonus: the
     sampled-token surprisal ``-logp`` would not do, since ``E[∇ log π] = 0`` makes its gradient vanish.
     ``routing``: a :class:`MoeRouting` over ``[B, T]`` to replay / record the MoE routing (entered here).
+    Logits larger than :data:`LOGITS_BUDGET` (a 201k vocabulary) are never materialised whole: the LM head runs
+    chunk by chunk over positions (:mod:`harmonyrl.trainer.token_scores`), except with ``keep_logits``; there,
+    ``needed`` (``[B, T-1]``, e.g. the loss mask) limits the head to the positions whose scores are read, and the
+    others score 0. (The prompt is most of an episode: scoring only sampled tokens saves most of the head.)
     """
+    b, t = input_ids.shape
+    head, vocab = _lm_head(model)
+    chunked = not keep_logits and b * (t - 1) * vocab > LOGITS_BUDGET
     with nullcontext() if routing is None else routing:
-        logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing)
-    logits = logits[:, :-1]
-    logp_all = F.log_softmax(logits.float(), dim=-1)
-    logprobs = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing, not chunked)
+    targets = input_ids[:, 1:]
+    if logits is not None:
+        logits = logits[:, :-1]
+        logprobs, entropy = token_scores(logits, targets, entropy_grad)
+    else:
+        assert states is not None  # head=False always returns the final hidden states
+        sel = torch.ones_like(targets, dtype=torch.bool) if needed is None else needed.bool()
+        rows, chunk = states[:, :-1][sel][None], chunk_positions(1, vocab)  # [1, N, H]: the needed positions
+        lp, ent = chunked_token_scores(head, rows, targets[sel][None], entropy_grad, chunk)
+        logprobs, entropy = lp.new_zeros(b, t - 1).index_put((sel,), lp[0]), ent.new_zeros(b, t - 1)
+        entropy = entropy.index_put((sel,), ent[0])
     values = None if value_head is None or states is None else value_head(states[:, :-1]).squeeze(-1)
     return Scored(logprobs, entropy, values, logits if keep_logits else None)
 

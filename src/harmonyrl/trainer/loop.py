@@ -19,7 +19,7 @@ from harmonyrl.config import RunConfig
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.errors import CheckpointError
-from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.harmony.codecs import RunCodec, load_codec
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
@@ -68,7 +68,7 @@ class TrainResult:
 
 async def run_sft(
     model: torch.nn.Module,
-    tok: HarmonyTokenizer,
+    tok: RunCodec,
     factory: EnvFactory,
     config: RunConfig,
     sink: MetricsSink,
@@ -110,7 +110,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False, overw
     earlier run folder of that name."""
     t_start = time.perf_counter()
     setup_process(config.seed, config.threads, config.adapts_threads)
-    tok = HarmonyTokenizer.load_default()
+    tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
@@ -122,7 +122,7 @@ async def _train_in(
     config: RunConfig,
     console: Console,
     t_start: float,
-    tok: HarmonyTokenizer,
+    tok: RunCodec,
     factory: EnvFactory,
     run_dir: Path,
     model: GptOssForCausalLM,
@@ -290,7 +290,7 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
     if resume and (done / "config.json").is_file():  # written once, after the last step
         console.print(f"'{done.parent.parent}' finished its warm start already: nothing to resume")
         return done
-    tok = HarmonyTokenizer.load_default()
+    tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
     if saved is not None and saved.phase != "sft":
@@ -313,7 +313,7 @@ async def eval_only(
     """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce`` (which env, and why) is printed once the
     checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error."""
     setup_process(config.seed, config.threads, config.adapts_threads)
-    tok = HarmonyTokenizer.load_default()
+    tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)

@@ -31,7 +31,7 @@ import torch
 
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.errors import CheckpointError
-from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.rollout.store import list_steps, read_step, step_path
 from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
@@ -106,7 +106,7 @@ def _pre_step_checkpoint(run_dir: Path, step: int, checkpoint: Path | None) -> P
 
 def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path | None) -> Learner:
     """The learner exactly as ``train`` holds it right before RL step ``step`` (1-based)."""
-    tok = HarmonyTokenizer.load_default()
+    tok = load_codec(config.model.tokenizer)
     pad, norm = tok.special.endoftext, float(config.rollout.max_seq_len)
     sft = run_dir / "checkpoints" / "sft"
     if config.sft.steps > 0 and config.model.init_from is None and not (sft / "config.json").is_file():
@@ -173,7 +173,7 @@ def replay_step(run_dir: Path, step: int, checkpoint: Path | None = None, save_t
     after = _after_step_checkpoint(run_dir, step)
     if after is None:
         return ReplayResult(step, metrics, weights, None, None)
-    saved = load_for(after, HarmonyTokenizer.load_default()).state_dict()
+    saved = load_for(after, load_codec(config.model.tokenizer)).state_dict()
     diff = differing_tensors(weights, saved)
     return ReplayResult(step, metrics, weights, after, not diff, diff)
 

@@ -164,7 +164,8 @@ def _no_grad_pass(
     row = 0
     for mb in micro_batches(batch, MICRO_BATCH):
         parts.append(mb_routing(model, mb, replay))
-        scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head, routing=parts[-1])
+        scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head, routing=parts[-1],
+                       needed=mb.loss_mask)  # fmt: skip
         logp[row : row + mb.size, : scored.logprobs.shape[1]] = scored.logprobs
         if values is not None and scored.values is not None:
             values[row : row + mb.size, : scored.values.shape[1]] = scored.values
@@ -396,7 +397,7 @@ def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor, ta
         routing = mb_routing(model, mb, False)
         tally.recorded.append(routing)
     scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=p.cfg.entropy_coef > 0,
-                   value_head=p.critic, routing=routing)  # fmt: skip
+                   value_head=p.critic, routing=routing, needed=mb.loss_mask)  # fmt: skip
     if p.old.single:
         p.old.logp[rows, : mb.loss_mask.shape[1]] = scored.logprobs.detach()
     return scored

@@ -19,7 +19,7 @@ from harmonyrl.engine.native import isa, native_unsupported, use_native
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
-from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
@@ -97,20 +97,18 @@ def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) ->
     return inject_faults(factory, faults.rate, faults.kinds, faults.seed * 1_000_003 + step, faults.timeout_delay_s)
 
 
-def load_for(path: Path, tok: HarmonyTokenizer, max_seq_len: int | None = None) -> GptOssForCausalLM:
-    """A checkpoint that must fit the shipped tokenizer (else every id would mean something else) and, given
-    ``max_seq_len``, hold positions for episodes that long."""
+def load_for(path: Path, tok: RunCodec, max_seq_len: int | None = None) -> GptOssForCausalLM:
+    """A checkpoint that must fit the run's tokenizer (else every id would mean something else; the error names
+    the ``model.tokenizer`` that fits) and, given ``max_seq_len``, hold positions for episodes that long."""
     model = load_model(path)
-    if model.config.vocab_size != tok.vocab_size:
-        raise CheckpointError(
-            f"checkpoint '{path}' has vocab {model.config.vocab_size}, tokenizer has {tok.vocab_size}"
-        )
+    if (mismatch := vocab_mismatch(f"checkpoint '{path}'", int(model.config.vocab_size), tok)) is not None:
+        raise CheckpointError(mismatch)
     if max_seq_len is not None:
         check_max_seq_len(model.config, max_seq_len, f"checkpoint '{path}'")
     return model
 
 
-def make_model(config: RunConfig, tok: HarmonyTokenizer) -> GptOssForCausalLM:
+def make_model(config: RunConfig, tok: RunCodec) -> GptOssForCausalLM:
     """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
     if config.model.init_from is not None:
         model = load_for(config.model.init_from, tok, config.rollout.max_seq_len)
@@ -181,7 +179,7 @@ def held_out_tasks(config: RunConfig, factory: EnvFactory) -> Sequence[Task]:
 
 
 def held_out_eval(
-    config: RunConfig, engine: LocalEngine, factory: EnvFactory, tok: HarmonyTokenizer, limits: EpisodeLimits
+    config: RunConfig, engine: LocalEngine, factory: EnvFactory, tok: RunCodec, limits: EpisodeLimits
 ) -> Callable[[], Awaitable[dict[str, float]]]:
     """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
     tasks = held_out_tasks(config, factory)
@@ -192,7 +190,7 @@ def held_out_eval(
 
 
 def open_run(
-    config: RunConfig, tok: HarmonyTokenizer, resume: bool, overwrite: bool = False
+    config: RunConfig, tok: RunCodec, resume: bool, overwrite: bool = False
 ) -> tuple[Path, GptOssForCausalLM, Progress | None]:
     """The run folder, the model to continue with and the saved position (None: start from the beginning).
 
@@ -220,7 +218,7 @@ def open_run(
     return run_dir, model, saved
 
 
-def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> GptOssForCausalLM:
+def rl_start_model(config: RunConfig, run_dir: Path, tok: RunCodec) -> GptOssForCausalLM:
     """The policy as RL began (the reference model of a resumed run): the SFT checkpoint, else the start."""
     sft = run_dir / "checkpoints" / "sft"
     if (sft / "config.json").is_file():

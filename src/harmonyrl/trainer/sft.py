@@ -89,7 +89,7 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, demos: Se
     """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions)."""
     trajs = [Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos]
     batch = collate(trajs, pad_id)
-    scored = score(model, batch.input_ids, batch.attention_mask)
+    scored = score(model, batch.input_ids, batch.attention_mask, needed=batch.loss_mask)
     loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1.0)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
