@@ -80,6 +80,9 @@ class DemoConversation(BaseModel):
         for i, msg in enumerate(self.messages[start:], start):
             if msg.role not in ("assistant", "tool"):
                 raise ValueError(f"messages[{i}]: a {msg.role} message after the first assistant message")
+            before = self.messages[i - 1].to_message()
+            if msg.role == "tool" and not (before.is_tool_call or before.role == "tool"):
+                raise ValueError(f"messages[{i}]: a tool result that follows no tool call")
         last = self.messages[-1].to_message()
         if last.role != "assistant" or not (last.is_tool_call or last.channel == "final"):
             raise ValueError("the last message must be an assistant final answer (channel 'final') or a tool call")
