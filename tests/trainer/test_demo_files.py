@@ -156,7 +156,7 @@ def test_a_recorded_tool_result_unlike_the_envs_is_reported_and_dropped_kept_or_
     kept = _load(path, on_mismatch="keep")
     assert [i.skipped for i in kept.issues] == [False]
     assert len(kept.demos) == N_TASKS and kept.demos[n] != _expert_path()[n]  # trained as recorded
-    with pytest.raises(DemoFileError, match=f"line {n + 1}: message {index}: recorded"):
+    with pytest.raises(DemoFileError, match=f"tampered.jsonl line {n + 1}: message {index}: recorded"):
         _load(path, on_mismatch="error")
 
 

@@ -67,6 +67,7 @@ class FileDemos:
 
 @dataclass(frozen=True)
 class _Context:
+    file: str
     codec: Codec
     factory: EnvFactory
     train: Mapping[str, Task]
@@ -95,15 +96,15 @@ async def load_demos(
     rows = read_rows(path)
     train = factory.tasks("train")
     header, tools = await _env_header(factory, train)
+    test_ids = frozenset(t.id for t in factory.tasks("test"))
     ctx = _Context(
-        codec, factory, {t.id: t for t in train}, frozenset(t.id for t in factory.tasks("test")), header, tools,
-        max_seq_len, on_mismatch,
-    )  # fmt: skip
+        str(path), codec, factory, {t.id: t for t in train}, test_ids, header, tools, max_seq_len, on_mismatch
+    )
     demos: list[Demo] = []
     issues: list[DemoIssue] = []
     for row in rows:
         demo, found = await _row_demo(ctx, row)
-        issues += [DemoIssue(str(path), row.unit, row.number, kind, detail, skip) for kind, detail, skip in found]
+        issues += [DemoIssue(ctx.file, row.unit, row.number, kind, detail, skip) for kind, detail, skip in found]
         if demo is not None:
             demos.append(demo)
     return FileDemos(str(path), len(rows), demos, issues)
@@ -143,7 +144,9 @@ async def _row_demo(ctx: _Context, row: Row) -> tuple[Demo | None, Found]:
         return None, [*found, ("unknown_tool", f"unknown tool {unknown[0]!r}", True)]
     mismatch = [f for f in found if f[0] == "tool_mismatch"]
     if mismatch and ctx.on_mismatch == "error":
-        raise DemoFileError(f"sft.demos: {row.unit} {row.number}: {mismatch[0][1]} (sft.demos_on_mismatch=error)")
+        raise DemoFileError(
+            f"sft.demos: {ctx.file} {row.unit} {row.number}: {mismatch[0][1]} (sft.demos_on_mismatch=error)"
+        )
     if mismatch and ctx.on_mismatch == "drop":
         first = found.index(mismatch[0])  # the row is skipped once, for its first mismatch
         return None, [(kind, detail, n == first) for n, (kind, detail, _) in enumerate(found)]
