@@ -14,7 +14,7 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.errors import CheckpointError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
+from harmonyrl.errors import CheckpointError, DemoFileError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
@@ -25,6 +25,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     KernelUnavailable,
     NotDemonstrable,
     NoHeldOutTasks,
+    DemoFileError,
     SinkUnavailableError,
     TaskFileError,
     SandboxUnavailable,
@@ -114,11 +115,26 @@ def train(
         raise _run_failed(e) from None
 
 
+ExportOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--export-demos",
+        help="Write the scripted expert's demonstrations to this JSONL file (the sft.demos schema) and stop.",
+    ),
+]
+
+
 @app.command()
 def sft(
-    config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
+    config: ConfigOpt = None,
+    overrides: OverridesArg = None,
+    resume: ResumeOpt = None,
+    overwrite: OverwriteOpt = False,
+    export_demos: ExportOpt = None,
 ) -> None:
     """Supervised warm start only; writes RUN/checkpoints/sft for `train model.init_from=...`."""
+    if export_demos is not None:
+        return _export_demos(_config(config, overrides), export_demos)
     cfg = _run_config(config, overrides, resume, overwrite)
     from harmonyrl.trainer.loop import sft_only
     from harmonyrl.trainer.run_errors import RunFolderError
@@ -134,6 +150,16 @@ def sft(
     except Exception as e:
         raise _run_failed(e) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
+
+
+def _export_demos(cfg: RunConfig, path: Path) -> None:
+    from harmonyrl.trainer.demos_export import export_expert_demos
+
+    try:
+        n = asyncio.run(export_expert_demos(cfg, path))
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    console.print(f"wrote {n} demonstrations of env {cfg.env.name} to {path}: train on them with sft.demos={path}")
 
 
 @app.command(name="eval")

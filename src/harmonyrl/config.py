@@ -62,6 +62,12 @@ class SFTConfig(Frozen):
     p_verbose: float = Field(0.3, ge=0, le=1)
     """Probability that a tool-using demonstration answers in a sentence ("The answer is 42.") instead of the
     bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
+    demos: Path | None = None
+    """Demonstrations from a file instead of the scripted expert: JSONL, parquet or a datasets folder
+    (docs/demonstrations.md); ``sft.steps`` still counts optimizer steps, in seeded epochs over the file."""
+    demos_on_mismatch: Literal["drop", "keep", "error"] = "drop"
+    """A file demonstration whose recorded tool result differs from the env's own: skip it, train on it as
+    recorded, or stop with an error (each one is reported either way)."""
 
 
 class FaultBreakerConfig(Frozen):

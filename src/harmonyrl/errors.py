@@ -16,3 +16,8 @@ class NotDemonstrable(ValueError):
 
 class NoHeldOutTasks(ValueError):
     """The environment has no held-out (``test``) tasks, so there is nothing to evaluate (not a 0 % success)."""
+
+
+class DemoFileError(ValueError):
+    """An ``sft.demos`` file that cannot be read at all (missing, wrong format, no ``messages`` column) or holds
+    no usable demonstration, or a tool result that disagrees with ``sft.demos_on_mismatch=error``."""

@@ -31,6 +31,7 @@ from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
@@ -78,10 +79,16 @@ async def run_sft(
 ) -> None:
     """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``."""
     cfg = config.sft
-    expert = expert_for(config.env)
-    n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
-    tasks = factory.tasks("train")[:n_demos]
-    demos = await build_demos(tok, factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed)
+    skipped = 0
+    if cfg.demos is not None:  # the user's demonstrations replace the scripted expert's
+        demos, skipped = await demos_from_file(tok, factory, config, run_dir)
+    else:
+        expert = expert_for(config.env)
+        n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
+        tasks = factory.tasks("train")[:n_demos]
+        demos = await build_demos(
+            tok, factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
@@ -97,7 +104,8 @@ async def run_sft(
             continue
         loss = sft_step(model, optimizer, batch, tok.special.endoftext)
         schedule.step()
-        sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0])}, "sft")
+        counts = {"sft/demos_used": float(len(demos)), "sft/demos_skipped": float(skipped)} if step == 0 else {}
+        sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0]), **counts}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             save_progress(run_dir, model, "sft", step + 1, optimizer, files, schedule=schedule.state_dict())

@@ -53,11 +53,13 @@ def render_demo(codec: Codec, prefix: Sequence[Message], demo: Sequence[Message]
     return Demo(tuple(ids), tuple(mask))
 
 
-async def build_demos(
-    codec: Codec, factory: EnvFactory, expert: DemoFn, tasks: Sequence[Task], seed: int
-) -> list[Demo]:
+async def expert_episodes(
+    factory: EnvFactory, expert: DemoFn, tasks: Sequence[Task], seed: int
+) -> list[tuple[list[Message], list[Message]]]:
+    """(prompt, demonstration) per task: the env's opening messages as rollouts see them, then the expert's turns
+    and tool results. One seeded stream over the tasks in order, so the same arguments give the same episodes."""
     rng = random.Random(seed)
-    demos = []
+    episodes = []
     for task in tasks:
         env = factory.make(task)
         prefix = initial_messages(env, await env.reset())
@@ -69,8 +71,15 @@ async def build_demos(
                 f"{e}; the scripted expert only demonstrates the environment's generated tasks: with your own "
                 "tasks_file, skip the warm start (sft.steps=0) or start from a checkpoint (model.init_from=DIR)"
             ) from e
-        demos.append(render_demo(codec, prefix, demo))
-    return demos
+        episodes.append((prefix, demo))
+    return episodes
+
+
+async def build_demos(
+    codec: Codec, factory: EnvFactory, expert: DemoFn, tasks: Sequence[Task], seed: int
+) -> list[Demo]:
+    """The expert's demonstrations of ``tasks``, rendered (see :func:`expert_episodes`)."""
+    return [render_demo(codec, prefix, demo) for prefix, demo in await expert_episodes(factory, expert, tasks, seed)]
 
 
 def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
