@@ -16,3 +16,7 @@ class NotDemonstrable(ValueError):
 
 class NoHeldOutTasks(ValueError):
     """The environment has no held-out (``test``) tasks, so there is nothing to evaluate (not a 0 % success)."""
+
+
+class ClusterError(ValueError):
+    """The Ray cluster asked for (``scale.*``) cannot be used: not installed, not answering, or too small."""
