@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -34,6 +37,7 @@ from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.tasks.calculator import INSTRUCTIONS, CalculatorFactory, calculator, generate_tasks
 from harmonyrl.types import SamplingParams, Task, Trajectory
+from tiny_run import tiny_run
 
 TOK = HarmonyTokenizer.load_default()
 PARAMS = SamplingParams(stop_ids=(TOK.special.call, TOK.special.return_))
@@ -198,6 +202,19 @@ def test_a_pool_the_cluster_cannot_hold_is_a_one_line_error(cluster: None) -> No
     with pytest.raises(ClusterError, match=r"3 env workers × 2 CPU could not be placed within 2 s \(the cluster has 4"):
         _pool(local, functools.partial(CalculatorFactory, 0, 8, 2), env_workers=3, worker_cpus=2, start_timeout_s=2)
     assert time.monotonic() - t0 < 10.0
+
+
+def test_train_joins_an_existing_cluster_at_scale_address(cluster: None, tmp_path: Path) -> None:
+    address = ray.get_runtime_context().gcs_address
+    overrides = tiny_run("rl.steps=1", f"output_dir={tmp_path}", "run_name=r", "scale.ray=true")
+    overrides.append(f"scale.address={address}")
+    done = subprocess.run([sys.executable, "-m", "harmonyrl.cli", "train", *overrides], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["env/worker_faults"], r["env/workers_alive"]) for r in rows if r["phase"] == "rl"] == [(0.0, 2.0)]
+    groups = placement_group_table().values()
+    assert all(g["state"] == "REMOVED" for g in groups)  # the run released its workers' placement group
 
 
 def test_least_loaded_assignment_and_no_live_worker() -> None:

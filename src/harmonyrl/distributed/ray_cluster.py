@@ -4,8 +4,9 @@
 
 1. **Connect.** ``scale.address`` null starts a local cluster for this run (no dashboard, usage stats and token
    auth off unless the environment sets ``RAY_USAGE_STATS_ENABLED`` / ``RAY_AUTH_MODE``); ``HOST:PORT`` or
-   ``ray://HOST:PORT`` joins an existing one, after a TCP probe bounded by ``scale.start_timeout_s`` — Ray's
-   own connect retries for minutes when nothing answers; ``auto`` joins the cluster this machine belongs to. A
+   ``ray://HOST:PORT`` joins an existing one, after a TCP probe, and gives up after ``scale.start_timeout_s``
+   (Ray's own connect retries for minutes when nothing answers or something else does); ``auto`` joins the
+   cluster this machine belongs to. A
    process already connected (a Ray job's driver, a notebook) keeps its connection and ``scale.address`` is
    not used; the pool then leaves that connection open when it closes.
 2. **Place.** One placement group, one bundle of ``scale.worker_cpus`` CPUs per worker, SPREAD over the nodes
@@ -26,7 +27,8 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -68,22 +70,45 @@ def connect(ray: ModuleType, scale: ScaleConfig) -> bool:
     """Connect this process to the cluster; True when this call opened the connection (and must close it)."""
     if ray.is_initialized():
         return False
-    if scale.address is None:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of this run alone, on this machine
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    elif scale.address != "auto":
-        probe(scale.address, scale.start_timeout_s)
+    init = functools.partial(ray.init, include_dashboard=False, logging_level="WARNING", log_to_driver=True)
     try:
-        ray.init(
-            address=scale.address or "local",  # "local": a new cluster even when RAY_ADDRESS is set
-            include_dashboard=False,
-            logging_level="WARNING",
-            log_to_driver=True,
-        )
+        if scale.address is None:
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of this run alone, on this machine
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            init(address="local")  # "local": a new cluster even when RAY_ADDRESS is set
+        elif scale.address == "auto":
+            init(address="auto")
+        else:
+            probe(scale.address, scale.start_timeout_s)
+            bounded(functools.partial(init, address=scale.address), scale.address, scale.start_timeout_s)
+    except ClusterError:
+        raise
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         where = scale.address or "a local cluster"
         raise ClusterError(f"scale.address: cannot use {where}: {str(e).strip().splitlines()[0]}") from None
     return True
+
+
+def bounded(init: Callable[[], object], address: str, timeout_s: float) -> None:
+    """``init()`` (``ray.init`` joining ``address``), given up after ``timeout_s``: something that accepts TCP
+    but is not a Ray head (a proxy, another service) makes Ray retry for minutes. It runs in a daemon thread,
+    which is left behind on a timeout: the run stops there, so nothing else uses the half-made connection."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            init()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, name="harmonyrl-ray-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise ClusterError(f"scale.address={address}: no Ray cluster answered there within {timeout_s:g} s")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def place(ray: ModuleType, scale: ScaleConfig) -> PlacementGroup:
