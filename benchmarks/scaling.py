@@ -111,7 +111,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--tool-s", type=float, default=0.5, help="seconds every tool call sleeps")
-    ap.add_argument("--episodes-per-worker", type=int, default=8)
+    ap.add_argument("--episodes-per-worker", type=int, default=16)
     ap.add_argument("--cpus", type=int, default=2, help="logical CPUs of the local Ray cluster")
     args = ap.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
@@ -128,7 +128,10 @@ def main() -> None:
     print(f"local Ray cluster up in {time.perf_counter() - t0:.1f} s")
     rates: dict[int, float] = {}
     for n in counts:
-        scale = ScaleConfig(ray=True, env_workers=n, worker_cpus=args.cpus / max(counts), worker_concurrency=1)
+        # a loaded machine starts 8 workers (each imports harmonyrl and torch) slowly: no start-up bound here
+        scale = ScaleConfig(
+            ray=True, env_workers=n, worker_cpus=args.cpus / max(counts), worker_concurrency=1, start_timeout_s=900
+        )
         t0 = time.perf_counter()
         factory = start_env_pool(scale, recipe, local)
         started = time.perf_counter() - t0

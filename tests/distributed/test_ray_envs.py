@@ -35,8 +35,8 @@ from harmonyrl.errors import ClusterError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
-from harmonyrl.tasks.calculator import INSTRUCTIONS, CalculatorFactory, calculator, generate_tasks
-from harmonyrl.types import SamplingParams, Task, Trajectory
+from harmonyrl.tasks.calculator import INSTRUCTIONS, CalculatorEnv, CalculatorFactory, calculator, generate_tasks
+from harmonyrl.types import Failure, SamplingParams, Task, Trajectory
 from tiny_run import tiny_run
 
 TOK = HarmonyTokenizer.load_default()
@@ -69,6 +69,19 @@ class SlowCalculatorFactory:
 
     def make(self, task: Task) -> AnswerEnv:
         return AnswerEnv(task, self._toolbox, INSTRUCTIONS, OUTCOME_ONLY)
+
+
+class BrokenStepFactory(CalculatorFactory):
+    """Calculator tasks whose env's ``step`` raises, as a buggy environment does."""
+
+    def make(self, task: Task) -> CalculatorEnv:
+        env = super().make(task)
+
+        async def step(action: object) -> None:
+            raise ValueError(f"boom in {task.id}")
+
+        env.step = step  # type: ignore[method-assign,assignment]
+        return env
 
 
 def _failing_recipe() -> EnvFactory:
@@ -118,6 +131,18 @@ def test_episodes_on_workers_equal_episodes_in_process(cluster: None) -> None:
         assert all(t.turns[0].observations for t in on_workers.trajectories)  # the tool ran in a worker
         assert factory.pool.open == [0, 0]  # every episode closed its env again
         assert env_pool_metrics(factory) == {"env/worker_faults": 0.0, "env/workers_alive": 2.0}
+    finally:
+        factory.pool.close()
+
+
+def test_an_env_exception_in_a_worker_is_recorded_as_it_is_in_process(cluster: None) -> None:
+    local = BrokenStepFactory(0, 8, 2)
+    factory = _pool(local, functools.partial(BrokenStepFactory, 0, 8, 2), env_workers=1)
+    try:
+        tasks = local.tasks("train")[:2]
+        on_worker, here = _rollout(factory, tasks), _rollout(local, tasks)
+        assert [t.failure for t in on_worker.trajectories] == [t.failure for t in here.trajectories]
+        assert on_worker.trajectories[0].failure == Failure("env_error", f"step: ValueError: boom in {tasks[0].id}")
     finally:
         factory.pool.close()
 

@@ -101,8 +101,10 @@ class EnvPool:
         self.open[worker] = max(0, self.open[worker] - 1)
 
     async def call(self, worker: int, method: Literal["reset", "step", "close"], episode: int, *args: object) -> object:
-        """``workers[worker].method(episode, *args)``, awaited; a cancellation cancels the worker's task too."""
-        from ray.exceptions import ActorDiedError, RayActorError
+        """``workers[worker].method(episode, *args)``, awaited; a cancellation cancels the worker's task too. An
+        exception the env raised in the worker is raised here as itself (not Ray's wrapper, whose text is the
+        remote traceback), so its failure record reads as it would in-process."""
+        from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
         ref = getattr(self.workers[worker], method).remote(episode, *args)
         try:
@@ -111,6 +113,10 @@ class EnvPool:
             import ray
 
             ray.cancel(ref)  # stop the tool/sandbox in the worker, as an in-process cancellation would
+            raise
+        except RayTaskError as e:
+            if isinstance(e.cause, Exception):
+                raise e.cause from e
             raise
         except RayActorError as e:
             self.faulted.add(episode)

@@ -32,7 +32,7 @@ class Opening:
     instructions: str
 
 
-class UnknownEpisode(KeyError):
+class UnknownEpisode(LookupError):
     """A step for an episode this worker holds no env for (it was never reset here, or the worker restarted)."""
 
 
