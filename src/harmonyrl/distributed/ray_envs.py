@@ -35,7 +35,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
-from harmonyrl.distributed.ray_worker import EnvWorker, Opening
+from harmonyrl.distributed.ray_worker import EnvWorker, Opening, ends_episode
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
@@ -98,6 +98,7 @@ class EnvPool:
                 self.down[worker] = self.workers[worker].ready.remote()
 
     def release(self, worker: int) -> None:
+        """One of ``worker``'s episodes is closed."""
         self.open[worker] = max(0, self.open[worker] - 1)
 
     async def call(self, worker: int, method: Literal["reset", "step", "close"], episode: int, *args: object) -> object:
@@ -148,6 +149,7 @@ class RayEnv:
         self._pool, self._task, self._episode = pool, task, episode
         self._worker: int | None = pool.assign()
         self._opening: Opening | None = None
+        self._closed_there = False
 
     @property
     def worker(self) -> int | None:
@@ -178,14 +180,17 @@ class RayEnv:
         return list(self._opening.messages)
 
     async def step(self, action: Sequence[Message]) -> StepResult:
-        return cast(StepResult, await self._pool.call(self._held(), "step", self._episode, list(action)))
+        result = cast(StepResult, await self._pool.call(self._held(), "step", self._episode, list(action)))
+        self._closed_there = ends_episode(result)  # the worker closed the env itself (see EnvWorker.step)
+        return result
 
     async def close(self) -> None:
         if self._worker is None:
             return
         worker, self._worker = self._worker, None
         self._pool.release(worker)  # first: a close that fails or hangs still frees the slot
-        await self._pool.call(worker, "close", self._episode)
+        if not self._closed_there:
+            await self._pool.call(worker, "close", self._episode)
 
 
 class RayEnvFactory:

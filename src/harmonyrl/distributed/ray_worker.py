@@ -12,11 +12,14 @@ starts the pool, so the class can be tested (and the env code in it debugged) in
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harmonyrl.envs.base import Env, EnvFactory
+from harmonyrl.rollout.scheduler import CLOSE_TIMEOUT_S
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 FactoryRecipe = Callable[[], EnvFactory]
@@ -55,11 +58,16 @@ class EnvWorker:
         return Opening(tuple(first), tuple(env.tools), env.instructions)
 
     async def step(self, episode: int, action: Sequence[Message]) -> StepResult:
-        """One step of the episode's env (the tools run here, under the env's own timeouts and sandboxes)."""
+        """One step of the episode's env (the tools run here, under the env's own timeouts and sandboxes). A step
+        that ends the episode also closes its env here, saving the driver a round trip (:meth:`close`)."""
         env = self.envs.get(episode)
         if env is None:
             raise UnknownEpisode(f"env worker {os.getpid()} holds no env for episode {episode} (did it restart?)")
-        return await env.step(action)
+        result = await env.step(action)
+        if ends_episode(result):
+            del self.envs[episode]
+            await close_quietly(env)
+        return result
 
     async def close(self, episode: int) -> None:
         """Close and forget the episode's env; an episode that never got one has nothing to close."""
@@ -70,3 +78,15 @@ class EnvWorker:
     def open_episodes(self) -> int:
         """Envs made here and not closed yet."""
         return len(self.envs)
+
+
+def ends_episode(result: StepResult) -> bool:
+    """Whether the agent loop stops after this step whatever it sampled (the env's own end, or its failure)."""
+    return result.terminated or result.truncated or result.failure is not None
+
+
+async def close_quietly(env: Env) -> None:
+    """``env.close()`` as the scheduler runs it after an episode: bounded, and a failing close does not turn a
+    finished episode into a lost one (:data:`~harmonyrl.rollout.scheduler.CLOSE_TIMEOUT_S`)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(env.close(), CLOSE_TIMEOUT_S)
