@@ -10,7 +10,8 @@ running them.
 N workers can at best be N times as fast. Each configuration runs ``--episodes-per-worker`` × N episodes, all
 submitted at once (least-loaded assignment gives every worker the same number), after a warm-up episode per
 worker; the workers reserve ``2 / 8`` CPU each, so the 8-worker pool fits this 2-core machine's local cluster.
-Efficiency at N workers = episodes/s ÷ (N × one worker's episodes/s).
+Efficiency at N workers = episodes/s ÷ (N × one worker's episodes/s); ``of_ideal`` = episodes/s ÷ (N / tool_s),
+against workers that would only ever sleep in the tool (on a loaded machine the one-worker baseline is noisy).
 
 For context the same episodes also run without Ray, in this process (``in-process``): sync tools run on the
 tool thread pool, so sleep-bound calls already overlap there. Ray workers are for env work that needs other
@@ -139,8 +140,9 @@ def main() -> None:
         rates[n] = asyncio.run(episodes_per_s(factory, tok, tasks, warmup=n))
         factory.pool.close()
         eff = rates[n] / (n * rates[counts[0]] / counts[0])
+        ideal = rates[n] / (n / args.tool_s)  # against N workers that only ever sleep in the tool
         print(f"workers={n}  episodes={len(tasks)}  episodes/s={rates[n]:6.2f}  efficiency={eff:.2f}  "
-              f"(pool start {started:.1f} s)", flush=True)  # fmt: skip
+              f"of_ideal={ideal:.2f}  (pool start {started:.1f} s)", flush=True)  # fmt: skip
     ray.shutdown()
     tasks = local.tasks("train")[: max(counts) * args.episodes_per_worker]
     in_process = asyncio.run(episodes_per_s(local, tok, tasks, warmup=1))
