@@ -14,7 +14,7 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.errors import CheckpointError, DemoFileError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
+from harmonyrl.errors import CheckpointError, ClusterError, DemoFileError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
@@ -29,6 +29,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     SinkUnavailableError,
     TaskFileError,
     SandboxUnavailable,
+    ClusterError,
 )
 """Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
 package, a malformed task file, no working bubblewrap for a sandboxed env): one line, no traceback."""

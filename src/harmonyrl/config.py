@@ -196,6 +196,39 @@ class FaultInjectionConfig(Frozen):
     """Wall clock an injected ``tool_timeout`` takes before it is reported."""
 
 
+class ScaleConfig(Frozen):
+    """Where a run's environments live: in this process (the default), or in a pool of Ray actors (docs/ray.md)."""
+
+    ray: bool = False
+    """Run the environments in Ray actors (env workers) instead of this process (``pip install 'harmonyrl[ray]'``)."""
+    address: str | None = None
+    """Ray cluster to join: ``HOST:PORT`` of its head, ``ray://HOST:PORT`` (Ray client) or ``auto``; null starts a
+    local cluster for the run."""
+    env_workers: int = Field(2, ge=1)
+    """Env worker actors; each holds the envs of the episodes assigned to it (the least loaded worker first)."""
+    worker_cpus: float = Field(1.0, gt=0)
+    """Logical CPUs each worker reserves (one placement-group bundle per worker; fractions allowed)."""
+    worker_concurrency: int = Field(1, ge=1)
+    """Env calls one worker runs at a time (1: one; raise it for tools that wait on I/O rather than compute)."""
+    placement: Literal["spread", "pack"] = "spread"
+    """Placement-group strategy of the workers' bundles: spread over the nodes, or pack onto as few as fit."""
+    max_restarts: int = Field(3, ge=-1)
+    """Times Ray restarts a worker that died (-1: always). Its episodes in flight are masked env faults either way."""
+    start_timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Bound on each start-up stage (reaching the cluster, placing the workers, their building the env): past it,
+    a one-line error."""
+
+    @field_validator("address")
+    @classmethod
+    def _is_address(cls, address: str | None) -> str | None:
+        if address is None or address == "auto":
+            return address
+        host, sep, port = address.removeprefix("ray://").rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"'{address}' is not HOST:PORT, ray://HOST:PORT or auto")
+        return address
+
+
 class RunConfig(Frozen):
     seed: int = 0
     output_dir: Path = Path("runs")
@@ -217,6 +250,8 @@ class RunConfig(Frozen):
     eval: EvalConfig = EvalConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     env_faults: FaultInjectionConfig = FaultInjectionConfig()
+    scale: ScaleConfig = ScaleConfig()
+    """Where the environments run (Ray env workers; docs/ray.md)."""
 
     @property
     def adapts_threads(self) -> bool:

@@ -16,6 +16,7 @@ from rich.console import Console
 from transformers import GptOssForCausalLM
 
 from harmonyrl.config import RunConfig
+from harmonyrl.distributed.ray_envs import close_env_pool, env_pool_metrics
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.errors import CheckpointError
@@ -120,10 +121,13 @@ async def train(config: RunConfig, console: Console, resume: bool = False, overw
     setup_process(config.seed, config.threads, config.adapts_threads)
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
-    held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
-    run_dir, model, saved = open_run(config, tok, resume, overwrite)
-    with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
-        return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved)
+    try:
+        held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
+        run_dir, model, saved = open_run(config, tok, resume, overwrite)
+        with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
+            return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved)
+    finally:
+        close_env_pool(factory)  # the Ray env workers (scale.ray), whatever happened; nothing otherwise
 
 
 async def _train_in(
@@ -202,7 +206,7 @@ async def _train_in(
         )
         tripped = breaker.observe(rollout.trajectories)
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
-        metrics |= rollout.fault_metrics() | injected_metrics(step_factory)
+        metrics |= rollout.fault_metrics() | injected_metrics(step_factory) | env_pool_metrics(factory)
         if config.telemetry.record_episodes:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", rollout.trajectories, step + 1)
         if config.telemetry.record_rollouts:
@@ -311,6 +315,7 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
             console.print(plan, highlight=False, soft_wrap=True)
         progress = StepProgress(console, config.telemetry.progress_every_s)
         await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
+        close_env_pool(factory)
         sink.close()
         return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
 
@@ -333,4 +338,5 @@ async def eval_only(
     detail = f"evaluating on {config.eval.n_tasks} held-out tasks"
     metrics = await progress.during("eval", detail, held_out_eval(config, engine, factory, tok, limits)())
     await engine.close()
+    close_env_pool(factory)
     return metrics

@@ -84,7 +84,14 @@ def prepare_run_dir(config: RunConfig, overwrite: bool = False) -> Path:
 
 
 def make_factory(config: RunConfig) -> EnvFactory:
-    return make_env_factory(config.env, config.seed)
+    """The run's environments: built here, or (``scale.ray``) in Ray env workers that build their own from the
+    same config; this process's factory then only lists the tasks. Close it with ``close_env_pool``."""
+    factory = make_env_factory(config.env, config.seed)
+    if not config.scale.ray:
+        return factory
+    from harmonyrl.distributed.ray_cluster import start_env_pool  # Ray is imported only when asked for
+
+    return start_env_pool(config.scale, functools.partial(make_env_factory, config.env, config.seed), factory)
 
 
 def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) -> EnvFactory:

@@ -1,0 +1,1 @@
+"""Scale-out: pieces of a run placed on other processes or machines (Ray env workers, the FSDP learner)."""
