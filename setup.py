@@ -7,12 +7,12 @@ the libgomp that torch's wheel loads first, so the step shares torch's thread te
 
 from setuptools import Extension, setup
 
-NATIVE = "src/harmonyrl/engine/csrc"
+NATIVE = "src/harmonyrl/engine/local/csrc"
 
 setup(
     ext_modules=[
         Extension(
-            "harmonyrl.engine._decode",
+            "harmonyrl.engine.local._decode",
             sources=[f"{NATIVE}/{name}.c" for name in ("decode", "decode_avx2", "decode_generic", "sample")],
             depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/model.h"],
             # -Wno-psabi: the generic build passes 32-byte vectors between inlined helpers, which GCC warns about

@@ -24,8 +24,8 @@ from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.algorithms.losses import masked_token_mean
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.routing_capture import EngineRouting
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.routing_capture import EngineRouting
 from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import Batch, collate

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harmonyrl.cli import app
-from harmonyrl.engine.native import isa
+from harmonyrl.engine.local.native import isa
 from tiny_run import tiny_run
 
 runner = CliRunner()
@@ -101,7 +101,7 @@ def test_user_mistakes_are_one_line_errors(args: list[str], expected: str) -> No
 
 def test_native_kernel_without_the_build_fails_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An install without the compiled decode step: asking for it is one line, before SFT and the run folder."""
-    import harmonyrl.engine.native as native
+    import harmonyrl.engine.local.native as native
 
     monkeypatch.setattr(native, "library", lambda: None)
     result = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "rollout.engine_kernel=native"])

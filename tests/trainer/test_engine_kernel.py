@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import harmonyrl.engine.native as native
+import harmonyrl.engine.local.native as native
 from harmonyrl.config import load_config
 from harmonyrl.errors import KernelUnavailable
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model

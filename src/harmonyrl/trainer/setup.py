@@ -14,8 +14,8 @@ from transformers import GptOssForCausalLM
 from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.native import isa, native_unsupported, use_native
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.native import isa, native_unsupported, use_native
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks

@@ -1,6 +1,6 @@
 """The compiled decode step (``engine/csrc/decode.c``), bound with ctypes.
 
-:class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.forward.LeanForward`'s weights
+:class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.local.forward.LeanForward`'s weights
 (``[in, out]``, what the C GEMMs read) and the C structs that point at them and at the engine's KV cache;
 :meth:`NativeDecode.refresh` rebuilds both after a weight sync. A step is one C call: no Python per layer.
 
@@ -30,7 +30,7 @@ from harmonyrl.threads import adapt
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-    from harmonyrl.engine.forward import LeanForward
+    from harmonyrl.engine.local.forward import LeanForward
 
 KernelChoice = Literal["auto", "native", "torch"]
 """The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine_kernel``)."""
@@ -60,7 +60,7 @@ class _Model(ctypes.Structure):
 @cache
 def library() -> ctypes.CDLL | None:
     """The compiled extension, or None if this install has none (built without a C compiler)."""
-    spec = importlib.util.find_spec("harmonyrl.engine._decode")
+    spec = importlib.util.find_spec("harmonyrl.engine.local._decode")
     if spec is None or spec.origin is None:
         return None
     lib = ctypes.CDLL(spec.origin)
@@ -81,7 +81,7 @@ def isa() -> str | None:
 def native_unsupported(config: PretrainedConfig, dtype: torch.dtype) -> str | None:
     """Why the compiled step cannot serve an engine for a model of ``config`` in ``dtype``, or None if it can."""
     if library() is None:
-        return "the C extension harmonyrl.engine._decode was not built (no C compiler at install time?)"
+        return "the C extension harmonyrl.engine.local._decode was not built (no C compiler at install time?)"
     if dtype != torch.float32:
         return f"it computes in float32 only, the engine runs in {dtype}"
     if config.head_dim not in (8, 16, 32, 64):
@@ -129,7 +129,7 @@ def _i(t: torch.Tensor) -> ctypes._Pointer[ctypes.c_int64]:
 
 
 def gumbel_uniform(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
-    """The uniforms ``u`` ``[B, V]`` of :func:`harmonyrl.engine.sampling.gumbel_noise`, bit for bit, computed in
+    """The uniforms ``u`` ``[B, V]`` of :func:`harmonyrl.engine.local.sampling.gumbel_noise`, bit for bit, computed in
     C (``csrc/sample.c``) from int64 ``keys`` and ``counters`` ``[B]``; None without the extension."""
     lib = library()
     if lib is None:
