@@ -1,7 +1,7 @@
 """Build of the optional C decode step (everything else is declared in pyproject.toml).
 
 ``optional=True``: a machine without a C compiler still installs harmonyrl, and the engine runs its eager
-torch decode path instead (``rollout.engine_kernel=auto``). OpenMP links to ``libgomp.so.1``, the soname of
+torch decode path instead (``rollout.engine.kernel=auto``). OpenMP links to ``libgomp.so.1``, the soname of
 the libgomp that torch's wheel loads first, so the step shares torch's thread team instead of adding one.
 """
 

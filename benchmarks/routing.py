@@ -3,7 +3,7 @@ and what recording the routing costs the engine.
 
     python benchmarks/routing.py
 
-Part 1 — an fp32 and a bf16 engine (``rollout.engine_dtype``) each sample 32 episodes (``micro`` preset,
+Part 1 — an fp32 and a bf16 engine (``rollout.engine.dtype``) each sample 32 episodes (``micro`` preset,
 random init, vocab 1536, ~60-token prompts, 48 new tokens, T=1); the fp32 trainer scores them with its own
 routing (``none``) and with the engine's (``r3``): the precision options' mismatch, side by side.
 Two routers: as initialised, and "near-tied" (every expert's router row = one shared row + 1e-3 noise, as

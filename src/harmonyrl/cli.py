@@ -14,7 +14,7 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.errors import CheckpointError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
+from harmonyrl.errors import CheckpointError, EngineUnavailable, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
@@ -23,6 +23,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     FileNotFoundError,
     CheckpointError,
     KernelUnavailable,
+    EngineUnavailable,
     NotDemonstrable,
     NoHeldOutTasks,
     SinkUnavailableError,

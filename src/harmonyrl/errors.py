@@ -6,7 +6,7 @@ class CheckpointError(ValueError):
 
 
 class KernelUnavailable(ValueError):
-    """``engine_kernel=native`` asked for where the compiled decode step cannot run (not built, bf16, ...)."""
+    """``rollout.engine.kernel=native`` asked for where the compiled decode step cannot run (not built, bf16, ...)."""
 
 
 class NotDemonstrable(ValueError):
@@ -16,3 +16,7 @@ class NotDemonstrable(ValueError):
 
 class NoHeldOutTasks(ValueError):
     """The environment has no held-out (``test``) tasks, so there is nothing to evaluate (not a 0 % success)."""
+
+
+class EngineUnavailable(ValueError):
+    """The configured inference server cannot be used: unreachable, serving another model, or lacking a route."""

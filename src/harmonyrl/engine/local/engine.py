@@ -41,6 +41,7 @@ from typing import Literal
 import torch
 from transformers import GptOssForCausalLM
 
+from harmonyrl.engine.base import MetricsWindow
 from harmonyrl.engine.local.forward import LeanForward
 from harmonyrl.engine.local.native import KernelChoice, NativeDecode, use_native
 from harmonyrl.engine.local.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
@@ -95,6 +96,8 @@ class LocalEngine:
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
         """Experts chosen per position (:mod:`.routing_capture`), returned as ``Generation.routing``."""
         self.stats = EngineStats()
+        self.policy_version = 0
+        """The ``version`` of the last :meth:`sync_weights` (0: the weights it was built with)."""
         self._pending: deque[_Request] = deque()
         self._active: list[_Request] = []
         self._free: list[int] = list(range(max_batch))
@@ -137,6 +140,16 @@ class LocalEngine:
         if self._native is not None:
             self._native.refresh()
         self._prefixes.clear()  # cached keys/values belong to the old weights
+
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """The ``Engine`` protocol's weight sync: an in-process copy (:meth:`load_weights`)."""
+        self.load_weights(state_dict)
+        self.policy_version = version
+
+    def metrics_window(self) -> MetricsWindow:
+        """Open a window over :attr:`stats`; closing it gives the ``engine/*`` metrics of the work done in it."""
+        before = self.stats.settled()
+        return lambda wall_s: self.stats.since(before, wall_s)
 
     async def close(self) -> None:
         """Stop the worker after its current step; pending and running requests are cancelled."""
@@ -262,7 +275,7 @@ class LocalEngine:
                 routing = self._routing.read(request.slot, fed) if self._routing is not None else None
                 self._keep_conversation(request, fed, routing)
                 kept = None if routing is None else Routing(routing.clone())
-                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, kept)
+                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, kept, self.policy_version)
                 request.future.set_result(result)
                 self._release(request)
 

@@ -8,7 +8,7 @@ When it applies (:func:`native_unsupported` says why not otherwise): the extensi
 compiles it; ``optional``, so a machine without a C compiler installs harmonyrl anyway), the engine runs in
 fp32, head_dim is 8, 16, 32 or 64 and there are at most 64 experts. Otherwise the engine decodes with eager
 torch, the reference this step is tested against (``tests/engine/test_native.py``). :func:`use_native` turns
-``rollout.engine_kernel`` into a decision, or a one-line error where ``native`` cannot run.
+``rollout.engine.kernel`` into a decision, or a one-line error where ``native`` cannot run.
 
 The extension also computes the sampler's Gumbel uniforms (:func:`gumbel_uniform`, ``csrc/sample.c``) for
 either kernel: the same bits as the torch reference, so it changes no sampled token, only the time.
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from harmonyrl.engine.local.forward import LeanForward
 
 KernelChoice = Literal["auto", "native", "torch"]
-"""The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine_kernel``)."""
+"""The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine.kernel``)."""
 
 _F = ctypes.POINTER(ctypes.c_float)
 _I = ctypes.POINTER(ctypes.c_int64)
@@ -100,7 +100,7 @@ def use_native(kernel: KernelChoice, config: PretrainedConfig, dtype: torch.dtyp
         return False
     why = native_unsupported(config, dtype)
     if why is not None and kernel == "native":
-        raise KernelUnavailable(f"rollout.engine_kernel=native cannot run here: {why}")
+        raise KernelUnavailable(f"rollout.engine.kernel=native cannot run here: {why}")
     return why is None
 
 
