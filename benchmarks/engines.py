@@ -35,7 +35,7 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
 from harmonyrl.types import Generation, SamplingParams
 
-NUM_PROMPTS, NEW_TOKENS, REPEATS, MAX_SEQ = 32, 64, 5, 512
+NUM_PROMPTS, NEW_TOKENS, REPEATS, MAX_SEQ = 32, 64, 3, 512
 
 
 def make_prompts(vocab: int, seed: int = 0) -> list[list[int]]:

