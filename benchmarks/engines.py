@@ -89,7 +89,8 @@ def main() -> None:
         folder = Path(tmp) / "ckpt"
         save_model(model, folder)
         tok.save_pretrained(folder)
-        with serve(folder, "tiny", MAX_SEQ, Path(tmp) / "server.log") as url:
+        log = Path(tempfile.gettempdir()) / "harmonyrl-engines-server.log"  # kept: read it if the server fails
+        with serve(folder, "tiny", MAX_SEQ, log) as url:
             local = LocalEngine(model, max_batch=64, max_seq_len=MAX_SEQ)
             remote = VllmEngine(VllmEngineConfig(url=url, model="tiny"), tok.vocab_size, MAX_SEQ, Path(tmp) / "sync")
             results = measure({"local": lambda: run(local, prompts), "vllm": lambda: run(remote, prompts)})

