@@ -3,8 +3,8 @@
 Tiny GPT-OSS (``micro`` preset, vocab 1536, random init), 32 prompts of ~150 tokens, temperature 1,
 64 new tokens, no stop ids (so every run produces exactly 32 × 64 tokens). (a) HF ``model.generate`` batched
 with left padding and ``do_sample=True``; (b) ``LocalEngine`` as ``harmonyrl train`` builds it
-(``engine_kernel=auto``: the compiled decode step where it is built), all 32 requests submitted concurrently;
-(c) the same engine with its eager torch decode step (``engine_kernel=torch``), to show what the compiled step
+(``rollout.engine.kernel=auto``: the compiled decode step where it is built), all 32 requests submitted concurrently;
+(c) the same engine with its eager torch decode step (``rollout.engine.kernel=torch``), to show what the compiled step
 adds. All are warmed up, then timed 7 times in alternation; the medians are compared (the host's speed drifts by
 1.5x within minutes, so fewer rounds let one slow round decide).
 Last line: ``RESULT engine_vs_hf=<(b)/(a)> kernel=<native|torch> torch_kernel_vs_hf=<(c)/(a)>``.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import SamplingParams
 

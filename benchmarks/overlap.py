@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.envs.tools import Tool
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import SamplingParams

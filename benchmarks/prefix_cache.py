@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import SamplingParams
 

@@ -3,7 +3,7 @@ and what recording the routing costs the engine.
 
     python benchmarks/routing.py
 
-Part 1 — an fp32 and a bf16 engine (``rollout.engine_dtype``) each sample 32 episodes (``micro`` preset,
+Part 1 — an fp32 and a bf16 engine (``rollout.engine.dtype``) each sample 32 episodes (``micro`` preset,
 random init, vocab 1536, ~60-token prompts, 48 new tokens, T=1); the fp32 trainer scores them with its own
 routing (``none``) and with the engine's (``r3``): the precision options' mismatch, side by side.
 Two routers: as initialised, and "near-tied" (every expert's router row = one shared row + 1e-3 noise, as
@@ -24,8 +24,8 @@ from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.algorithms.losses import masked_token_mean
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.routing_capture import EngineRouting
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.routing_capture import EngineRouting
 from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import Batch, collate

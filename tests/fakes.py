@@ -47,7 +47,10 @@ class ScriptedEngine:
         stop = bool(ids) and ids[-1] in params.stop_ids
         return Generation(tuple(ids), tuple([LOGPROB] * len(ids)), "stop" if stop else "length")
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None: ...
+
+    def metrics_window(self) -> None:
+        return None
 
     async def close(self) -> None: ...
 

@@ -32,9 +32,9 @@ def test_bad_value_names_key() -> None:
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan"])
 def test_prefix_cache_budget_must_be_finite_and_non_negative(value: str) -> None:
-    with pytest.raises(ConfigError, match=r"rollout\.prefix_cache_mib"):
-        load_config(overrides=[f"rollout.prefix_cache_mib={value}"])
-    assert load_config(overrides=["rollout.prefix_cache_mib=0"]).rollout.prefix_cache_mib == 0
+    with pytest.raises(ConfigError, match=r"rollout\.engine\.prefix_cache_mib"):
+        load_config(overrides=[f"rollout.engine.prefix_cache_mib={value}"])
+    assert load_config(overrides=["rollout.engine.prefix_cache_mib=0"]).rollout.engine.prefix_cache_mib == 0
 
 
 def test_yaml_round_trip(tmp_path: Path) -> None:

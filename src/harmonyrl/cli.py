@@ -14,7 +14,15 @@ from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.taskfile import TaskFileError
-from harmonyrl.errors import CheckpointError, ClusterError, DemoFileError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
+from harmonyrl.errors import (
+    CheckpointError,
+    ClusterError,
+    DemoFileError,
+    EngineUnavailable,
+    KernelUnavailable,
+    NoHeldOutTasks,
+    NotDemonstrable,
+)
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
@@ -23,6 +31,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     FileNotFoundError,
     CheckpointError,
     KernelUnavailable,
+    EngineUnavailable,
     NotDemonstrable,
     NoHeldOutTasks,
     DemoFileError,

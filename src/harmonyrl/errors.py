@@ -6,7 +6,7 @@ class CheckpointError(ValueError):
 
 
 class KernelUnavailable(ValueError):
-    """``engine_kernel=native`` asked for where the compiled decode step cannot run (not built, bf16, ...)."""
+    """``rollout.engine.kernel=native`` asked for where the compiled decode step cannot run (not built, bf16, ...)."""
 
 
 class NotDemonstrable(ValueError):
@@ -23,3 +23,5 @@ class DemoFileError(ValueError):
     no usable demonstration, or a tool result that disagrees with ``sft.demos_on_mismatch=error``."""
 class ClusterError(ValueError):
     """The Ray cluster asked for (``scale.*``) cannot be used: not installed, not answering, or too small."""
+class EngineUnavailable(ValueError):
+    """The configured inference server cannot be used: unreachable, serving another model, or lacking a route."""

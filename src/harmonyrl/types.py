@@ -124,6 +124,9 @@ class Generation:
     routing: Routing | None = None
     """Experts the engine chose at every position it ran, ``len(prompt) + len(token_ids) - 1`` rows (the
     last sampled token is never fed back); None if the engine does not record routing."""
+    policy_version: int = 0
+    """Which weight sync the sampling weights came from (0: the engine's starting weights; the trainer's RL step
+    after each sync)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harmonyrl.cli import app
-from harmonyrl.engine.native import isa
+from harmonyrl.engine.local.native import isa
 from tiny_run import tiny_run
 
 runner = CliRunner()
@@ -84,10 +84,10 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
         (["train", "--config", "/nonexistent.yaml"], "does not exist"),
         (["eval", "--checkpoint", "/nonexistent"], "not a checkpoint folder"),
         (["train", "model.init_from=/nonexistent"], "model.init_from"),
-        (["train", "rollout.engine_kernel=gpu"], "rollout.engine_kernel"),
+        (["train", "rollout.engine.kernel=gpu"], "rollout.engine.kernel"),
         (
-            ["train", "rollout.engine_kernel=native", "rollout.engine_dtype=bfloat16"],
-            "rollout.engine_kernel=native cannot run here: it computes in float32 only",
+            ["train", "rollout.engine.kernel=native", "rollout.engine.dtype=bfloat16"],
+            "rollout.engine.kernel=native cannot run here: it computes in float32 only",
         ),
     ],
 )
@@ -101,13 +101,13 @@ def test_user_mistakes_are_one_line_errors(args: list[str], expected: str) -> No
 
 def test_native_kernel_without_the_build_fails_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An install without the compiled decode step: asking for it is one line, before SFT and the run folder."""
-    import harmonyrl.engine.native as native
+    import harmonyrl.engine.local.native as native
 
     monkeypatch.setattr(native, "library", lambda: None)
-    result = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "rollout.engine_kernel=native"])
+    result = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "rollout.engine.kernel=native"])
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
-    assert "engine_kernel=native cannot run here" in result.output and "was not built" in result.output
+    assert "engine.kernel=native cannot run here" in result.output and "was not built" in result.output
     assert not any(tmp_path.iterdir())
 
 

@@ -268,7 +268,7 @@ def test_an_empty_held_out_split_is_an_error_not_zero_percent(tmp_path: Path) ->
 def test_an_engine_exception_in_an_rl_step_stops_the_run_with_one_line_and_a_logged_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harmonyrl.engine.local import LocalEngine
+    from harmonyrl.engine.local.engine import LocalEngine
 
     in_rl: list[bool] = []
     real_group, real_generate = loop_module.group_requests, LocalEngine.generate

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.stats import EngineStats
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.stats import EngineStats
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import Generation, SamplingParams
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.native import KernelChoice
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.native import KernelChoice
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import Generation, SamplingParams
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harmonyrl.engine.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
+from harmonyrl.engine.local.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 
 

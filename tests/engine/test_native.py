@@ -15,9 +15,9 @@ import pytest
 import torch
 from transformers import GptOssConfig, GptOssForCausalLM
 
-from harmonyrl.engine.forward import LeanForward
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.native import NativeDecode, isa, library, native_unsupported, pack
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.forward import LeanForward
+from harmonyrl.engine.local.native import NativeDecode, isa, library, native_unsupported, pack
 from harmonyrl.errors import KernelUnavailable
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.types import SamplingParams
@@ -74,7 +74,7 @@ def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
 
 
 def test_extension_is_built_and_auto_picks_it() -> None:
-    assert library() is not None, "harmonyrl.engine._decode was not compiled: pip install should build it"
+    assert library() is not None, "harmonyrl.engine.local._decode was not compiled: pip install should build it"
     model = model_with()
     assert LocalEngine(model, max_batch=2, max_seq_len=64).kernel == "native"
     assert LocalEngine(model, max_batch=2, max_seq_len=64, kernel="torch").kernel == "torch"
@@ -181,7 +181,7 @@ def test_native_refuses_what_it_cannot_run_with_a_clear_error() -> None:
 
 
 def test_missing_build_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    import harmonyrl.engine.native as native
+    import harmonyrl.engine.local.native as native
 
     monkeypatch.setattr(native, "library", lambda: None)
     model = model_with()

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harmonyrl.engine.forward import _rms
+from harmonyrl.engine.local.forward import _rms
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, prefill_groups
+from harmonyrl.engine.local.prefix_cache import CachedPrefix, PrefixCache, prefill_groups
 
 
 def entry(tokens: int) -> CachedPrefix:

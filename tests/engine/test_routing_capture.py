@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.models.moe_routing import MoeRouting
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rollout.agent_loop import _Builder

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harmonyrl.engine import native
-from harmonyrl.engine.sampling import RowParams, gumbel_noise, gumbel_uniform, sample, seed_key
+from harmonyrl.engine.local import native
+from harmonyrl.engine.local.sampling import RowParams, gumbel_noise, gumbel_uniform, sample, seed_key
 
 
 def rows(n: int, counters: torch.Tensor, temperature: float = 1.0, top_k: int = 0) -> RowParams:

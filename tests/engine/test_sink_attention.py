@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-from harmonyrl.engine.forward import EAGER_MAX_QUERIES, sink_attention
+from harmonyrl.engine.local.forward import EAGER_MAX_QUERIES, sink_attention
 
 B, H, KVH, D, S = 5, 4, 2, 32, 40
 

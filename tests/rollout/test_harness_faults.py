@@ -55,7 +55,10 @@ class CountingEngine:
             ids = render_completion(TOK, [msg])
         return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop")
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None: ...
+
+    def metrics_window(self) -> None:
+        return None
 
     async def close(self) -> None: ...
 

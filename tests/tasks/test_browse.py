@@ -248,5 +248,5 @@ def test_config_builds_the_factory_and_a_matching_expert() -> None:
     assert len(json.loads(demo[1].content)["results"]) == 2
     calls = [[m] for m in demo if m.role == "assistant" and m.channel != "final"]
     assert play(task, [*calls, [demo[-1]]], built)[-1].reward == 1.0
-    with pytest.raises(ConfigError, match=r"'env.browse.n_test': Input should be less than or equal to 39"):
+    with pytest.raises(ConfigError, match=r"'env.n_test': Input should be less than or equal to 39"):
         load_config(None, ["env.name=browse", "env.n_test=40"])

@@ -293,5 +293,5 @@ def test_config_builds_the_factory(factory: HumanEvalFactory) -> None:
     )
     assert (built.tasks("train"), built.tasks("test")) == (TRAIN[:6], TEST[:3])
     assert expert_for(cfg.env) is expert_demo
-    with pytest.raises(ConfigError, match=r"'env.humaneval.n_train': Input should be less than or equal to 124"):
+    with pytest.raises(ConfigError, match=r"'env.n_train': Input should be less than or equal to 124"):
         load_config(None, ["env.name=humaneval", "env.n_train=500"])

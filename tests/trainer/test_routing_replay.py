@@ -21,7 +21,7 @@ from transformers import GptOssForCausalLM
 from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.algorithms.losses import masked_token_mean
 from harmonyrl.config import RLConfig
-from harmonyrl.engine.local import LocalEngine
+from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import Batch, collate

@@ -1,14 +1,17 @@
-"""The engine interface. The embedded engine implements it; an HTTP client for OpenAI-compatible
-servers can implement it too. Nothing inherits from it: it is a structural Protocol."""
+"""The engine interface. The embedded engine (:mod:`harmonyrl.engine.local`) and the vLLM client
+(:mod:`harmonyrl.engine.vllm`) implement it; nothing inherits from it: it is a structural Protocol."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import torch
 
 from harmonyrl.types import Generation, SamplingParams
+
+MetricsWindow = Callable[[float], dict[str, float]]
+"""Closes a statistics window: given the window's wall time in seconds, the engine's ``engine/*`` metrics."""
 
 
 class Engine(Protocol):
@@ -16,8 +19,13 @@ class Engine(Protocol):
         """Sample a continuation of ``prompt_ids``. Concurrent calls are batched by the engine."""
         ...
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Take new policy weights from the trainer (called between RL steps, engine idle)."""
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Take new policy weights from the trainer (between RL steps, no generation pending); the generations
+        sampled afterwards report ``policy_version == version``."""
+        ...
+
+    def metrics_window(self) -> MetricsWindow | None:
+        """Open a statistics window now; None if this engine keeps no statistics."""
         ...
 
     async def close(self) -> None:

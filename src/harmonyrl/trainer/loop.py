@@ -38,7 +38,7 @@ from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
-    check_engine_kernel,
+    check_engine,
     held_out_eval,
     held_out_tasks,
     load_for,
@@ -148,7 +148,7 @@ async def _train_in(
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
         f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}  "
-        f"engine decode {check_engine_kernel(config, model)}{where}"
+        f"engine {check_engine(config, model)}{where}"
     )
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
 
@@ -162,7 +162,7 @@ async def _train_in(
 
     # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
-    engine, limits = make_engine(config, model)
+    engine, limits = await make_engine(config, model, run_dir)
     held_out = held_out_eval(config, engine, factory, tok, limits)
     before = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     if not in_rl:
@@ -200,9 +200,9 @@ async def _train_in(
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
-        engine_before = engine.stats.settled()
+        engine_window = engine.metrics_window()
         rollout = await run_episodes(
-            engine, step_factory, tok, requests, params, limits, r.max_batch, r.retry_faulted_groups
+            engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
         )
         tripped = breaker.observe(rollout.trajectories)
         metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
@@ -212,12 +212,12 @@ async def _train_in(
         if config.telemetry.record_rollouts:
             write_step(step_path(run_dir, step + 1), step + 1, rollout.trajectories)
         t1 = time.perf_counter()
-        metrics |= engine.stats.since(engine_before, t1 - t0)
+        metrics |= engine_window(t1 - t0) if engine_window is not None else {}
         update = learner.update(rollout.trajectories)
         metrics |= update.metrics
         metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", rollout.trajectories)
         if update.applied:
-            engine.load_weights(model.state_dict())
+            await engine.sync_weights(model.state_dict(), step + 1)
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in rollout.trajectories)
         metrics |= {
@@ -329,11 +329,11 @@ async def eval_only(
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
-    check_engine_kernel(config, model)
+    check_engine(config, model)
     if announce is not None:
         console.print(announce, highlight=False, soft_wrap=True)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
-    engine, limits = make_engine(config, model)
+    engine, limits = await make_engine(config, model, None)
     progress = StepProgress(console, config.telemetry.progress_every_s)
     detail = f"evaluating on {config.eval.n_tasks} held-out tasks"
     metrics = await progress.during("eval", detail, held_out_eval(config, engine, factory, tok, limits)())

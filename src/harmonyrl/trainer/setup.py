@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import random
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -14,8 +15,12 @@ from transformers import GptOssForCausalLM
 from transformers.utils import logging as hf_logging
 
 from harmonyrl.config import FaultInjectionConfig, RunConfig, dump_config
-from harmonyrl.engine.local import LocalEngine
-from harmonyrl.engine.native import isa, native_unsupported, use_native
+from harmonyrl.engine.base import Engine
+from harmonyrl.engine.config import LocalEngineConfig, VllmEngineConfig
+from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.engine.local.native import isa, native_unsupported, use_native
+from harmonyrl.engine.vllm import VllmEngine
+from harmonyrl.engine.vllm_check import check_server
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
@@ -144,35 +149,48 @@ def sft_plan(config: RunConfig) -> str | None:
     return "SFT warm start: none (sft.steps=0)" if steps == 0 else None
 
 
-def _engine_dtype(config: RunConfig) -> torch.dtype:
-    return torch.bfloat16 if config.rollout.engine_dtype == "bfloat16" else torch.float32
-
-
-def check_engine_kernel(config: RunConfig, model: GptOssForCausalLM) -> str:
-    """Fail before any work (and before the run folder exists) when ``rollout.engine_kernel=native`` cannot run
-    for this model and install: the engine itself is only built after the SFT warm start. Returns what the
-    engine will decode with, for the run's header: ``native (avx2)``, or ``torch`` and why not native."""
-    kernel, dtype = config.rollout.engine_kernel, _engine_dtype(config)
+def check_engine(config: RunConfig, model: GptOssForCausalLM) -> str:
+    """Fail before any work (and before the run folder exists) when the configured engine cannot run: the embedded
+    engine's ``kernel=native`` where the C step cannot run, a vLLM server that does not answer, serves another
+    model or lacks a route. Returns what generates, for the run's header: ``decode native (avx2)``, ``decode
+    torch`` and why not native, or the vLLM server and its version."""
+    e = config.rollout.engine
+    if isinstance(e, VllmEngineConfig):
+        return check_server(e, model.config, config.rollout.max_seq_len)
+    kernel, dtype = e.kernel, _local_dtype(e)
     if kernel == "torch":
-        return "torch"
+        return "decode torch"
     if use_native(kernel, model.config, dtype):  # raises for ``native`` where it cannot run
-        return f"native ({isa()})"
-    return f"torch ({native_unsupported(model.config, dtype)})"
+        return f"decode native ({isa()})"
+    return f"decode torch ({native_unsupported(model.config, dtype)})"
 
 
-def make_engine(config: RunConfig, model: GptOssForCausalLM) -> tuple[LocalEngine, EpisodeLimits]:
-    r = config.rollout
-    dtype = _engine_dtype(config)
+def _local_dtype(e: LocalEngineConfig) -> torch.dtype:
+    return torch.bfloat16 if e.dtype == "bfloat16" else torch.float32
+
+
+async def make_engine(
+    config: RunConfig, model: GptOssForCausalLM, run_dir: Path | None
+) -> tuple[Engine, EpisodeLimits]:
+    """The configured engine holding ``model``'s weights (a vLLM server is sent them: policy version 0), and the
+    episode limits. ``run_dir`` holds a vLLM server's synced weights (None: a temporary folder)."""
+    r, e = config.rollout, config.rollout.engine
+    limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
+    if isinstance(e, VllmEngineConfig):
+        sync_dir = Path(e.sync_dir) if e.sync_dir else (run_dir or Path(tempfile.mkdtemp())) / "vllm_weights"
+        client = VllmEngine(e, int(model.config.vocab_size), r.max_seq_len, sync_dir)
+        await client.sync_weights(model.state_dict(), 0)
+        return client, limits
     engine = LocalEngine(
         model,
-        max_batch=r.max_batch,
+        max_batch=e.max_batch,
         max_seq_len=r.max_seq_len,
-        dtype=dtype,
+        dtype=_local_dtype(e),
         sinks=config.model.engine_sinks,
-        prefix_cache_mib=r.prefix_cache_mib,
-        kernel=r.engine_kernel,
+        prefix_cache_mib=e.prefix_cache_mib,
+        kernel=e.kernel,
     )
-    return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
+    return engine, limits
 
 
 def held_out_tasks(config: RunConfig, factory: EnvFactory) -> Sequence[Task]:
@@ -186,7 +204,7 @@ def held_out_tasks(config: RunConfig, factory: EnvFactory) -> Sequence[Task]:
 
 
 def held_out_eval(
-    config: RunConfig, engine: LocalEngine, factory: EnvFactory, tok: RunCodec, limits: EpisodeLimits
+    config: RunConfig, engine: Engine, factory: EnvFactory, tok: RunCodec, limits: EpisodeLimits
 ) -> Callable[[], Awaitable[dict[str, float]]]:
     """The held-out evaluation of this run (same tasks, decoding and seed every time), ready to await."""
     tasks = held_out_tasks(config, factory)
@@ -207,7 +225,7 @@ def open_run(
     if not resume:
         model = make_model(config, tok)  # before the run folder exists: a bad checkpoint leaves nothing behind
         check_sinks(config)
-        check_engine_kernel(config, model)
+        check_engine(config, model)
         return prepare_run_dir(config, overwrite), model, None
     run_dir = config.output_dir / str(config.run_name)
     if not (run_dir / "config.yaml").is_file():
@@ -216,7 +234,7 @@ def open_run(
     saved = load_progress(run_dir)  # read and check everything first: a failed resume changes nothing
     cuts = plan_rewind(run_dir, saved)
     model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok, config.rollout.max_seq_len)
-    check_engine_kernel(config, model)
+    check_engine(config, model)
     rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None

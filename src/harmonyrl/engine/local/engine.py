@@ -7,7 +7,7 @@ the caller's event loop) repeats *admit → step → advance*:
   one contiguous run of slots, read as views), then pending requests take the next free slots (FIFO, up to
   ``max_batch``); cancelled ones are dropped.
 * step: a batched prefill of the newly admitted prompts (each after the longest cached prefix it starts
-  with: :mod:`harmonyrl.engine.prefix_cache`) plus one batched decode step for the rows already running,
+  with: :mod:`harmonyrl.engine.local.prefix_cache`) plus one batched decode step for the rows already running,
   then one batched sampling call for all of them. It runs on the event loop's own thread, then
   yields once: every agent loop whose generation just finished runs up to its next ``await`` first, so a
   request it sends at once joins the next step. Tool threads keep running during a step; coroutines
@@ -41,12 +41,13 @@ from typing import Literal
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.engine.forward import LeanForward
-from harmonyrl.engine.native import KernelChoice, NativeDecode, use_native
-from harmonyrl.engine.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
-from harmonyrl.engine.routing_capture import EngineRouting
-from harmonyrl.engine.sampling import RowParams, sample, seed_key, validate_request
-from harmonyrl.engine.stats import EngineStats
+from harmonyrl.engine.base import MetricsWindow
+from harmonyrl.engine.local.forward import LeanForward
+from harmonyrl.engine.local.native import KernelChoice, NativeDecode, use_native
+from harmonyrl.engine.local.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
+from harmonyrl.engine.local.routing_capture import EngineRouting
+from harmonyrl.engine.local.sampling import RowParams, sample, seed_key, validate_request
+from harmonyrl.engine.local.stats import EngineStats
 from harmonyrl.types import Generation, Routing, SamplingParams
 
 MIN_PREFIX = 16
@@ -93,8 +94,10 @@ class LocalEngine:
         self._native = NativeDecode(self._fwd) if use_native(kernel, model.config, dtype) else None
         """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
-        """Experts chosen per position (:mod:`harmonyrl.engine.routing_capture`), returned as ``Generation.routing``."""
+        """Experts chosen per position (:mod:`.routing_capture`), returned as ``Generation.routing``."""
         self.stats = EngineStats()
+        self.policy_version = 0
+        """The ``version`` of the last :meth:`sync_weights` (0: the weights it was built with)."""
         self._pending: deque[_Request] = deque()
         self._active: list[_Request] = []
         self._free: list[int] = list(range(max_batch))
@@ -103,7 +106,7 @@ class LocalEngine:
         self._wakeup: asyncio.Event | None = None
         self._closing = False
         self._prefixes = PrefixCache(int(prefix_cache_mib * 2**20))
-        """Keys/values of shared prompt heads and of finished conversations (:mod:`harmonyrl.engine.prefix_cache`)."""
+        """Keys/values of shared prompt heads and of finished conversations (:mod:`.prefix_cache`)."""
 
     # ---------------------------------------------------------------- public API
 
@@ -137,6 +140,16 @@ class LocalEngine:
         if self._native is not None:
             self._native.refresh()
         self._prefixes.clear()  # cached keys/values belong to the old weights
+
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """The ``Engine`` protocol's weight sync: an in-process copy (:meth:`load_weights`)."""
+        self.load_weights(state_dict)
+        self.policy_version = version
+
+    def metrics_window(self) -> MetricsWindow:
+        """Open a window over :attr:`stats`; closing it gives the ``engine/*`` metrics of the work done in it."""
+        before = self.stats.settled()
+        return lambda wall_s: self.stats.since(before, wall_s)
 
     async def close(self) -> None:
         """Stop the worker after its current step; pending and running requests are cancelled."""
@@ -262,7 +275,7 @@ class LocalEngine:
                 routing = self._routing.read(request.slot, fed) if self._routing is not None else None
                 self._keep_conversation(request, fed, routing)
                 kept = None if routing is None else Routing(routing.clone())
-                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, kept)
+                result = Generation(tuple(request.tokens), tuple(request.logprobs), reason, kept, self.policy_version)
                 request.future.set_result(result)
                 self._release(request)
 

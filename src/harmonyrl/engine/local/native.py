@@ -1,6 +1,6 @@
 """The compiled decode step (``engine/csrc/decode.c``), bound with ctypes.
 
-:class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.forward.LeanForward`'s weights
+:class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.local.forward.LeanForward`'s weights
 (``[in, out]``, what the C GEMMs read) and the C structs that point at them and at the engine's KV cache;
 :meth:`NativeDecode.refresh` rebuilds both after a weight sync. A step is one C call: no Python per layer.
 
@@ -8,7 +8,7 @@ When it applies (:func:`native_unsupported` says why not otherwise): the extensi
 compiles it; ``optional``, so a machine without a C compiler installs harmonyrl anyway), the engine runs in
 fp32, head_dim is 8, 16, 32 or 64 and there are at most 64 experts. Otherwise the engine decodes with eager
 torch, the reference this step is tested against (``tests/engine/test_native.py``). :func:`use_native` turns
-``rollout.engine_kernel`` into a decision, or a one-line error where ``native`` cannot run.
+``rollout.engine.kernel`` into a decision, or a one-line error where ``native`` cannot run.
 
 The extension also computes the sampler's Gumbel uniforms (:func:`gumbel_uniform`, ``csrc/sample.c``) for
 either kernel: the same bits as the torch reference, so it changes no sampled token, only the time.
@@ -30,10 +30,10 @@ from harmonyrl.threads import adapt
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-    from harmonyrl.engine.forward import LeanForward
+    from harmonyrl.engine.local.forward import LeanForward
 
 KernelChoice = Literal["auto", "native", "torch"]
-"""The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine_kernel``)."""
+"""The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine.kernel``)."""
 
 _F = ctypes.POINTER(ctypes.c_float)
 _I = ctypes.POINTER(ctypes.c_int64)
@@ -60,7 +60,7 @@ class _Model(ctypes.Structure):
 @cache
 def library() -> ctypes.CDLL | None:
     """The compiled extension, or None if this install has none (built without a C compiler)."""
-    spec = importlib.util.find_spec("harmonyrl.engine._decode")
+    spec = importlib.util.find_spec("harmonyrl.engine.local._decode")
     if spec is None or spec.origin is None:
         return None
     lib = ctypes.CDLL(spec.origin)
@@ -81,7 +81,7 @@ def isa() -> str | None:
 def native_unsupported(config: PretrainedConfig, dtype: torch.dtype) -> str | None:
     """Why the compiled step cannot serve an engine for a model of ``config`` in ``dtype``, or None if it can."""
     if library() is None:
-        return "the C extension harmonyrl.engine._decode was not built (no C compiler at install time?)"
+        return "the C extension harmonyrl.engine.local._decode was not built (no C compiler at install time?)"
     if dtype != torch.float32:
         return f"it computes in float32 only, the engine runs in {dtype}"
     if config.head_dim not in (8, 16, 32, 64):
@@ -100,7 +100,7 @@ def use_native(kernel: KernelChoice, config: PretrainedConfig, dtype: torch.dtyp
         return False
     why = native_unsupported(config, dtype)
     if why is not None and kernel == "native":
-        raise KernelUnavailable(f"rollout.engine_kernel=native cannot run here: {why}")
+        raise KernelUnavailable(f"rollout.engine.kernel=native cannot run here: {why}")
     return why is None
 
 
@@ -129,7 +129,7 @@ def _i(t: torch.Tensor) -> ctypes._Pointer[ctypes.c_int64]:
 
 
 def gumbel_uniform(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
-    """The uniforms ``u`` ``[B, V]`` of :func:`harmonyrl.engine.sampling.gumbel_noise`, bit for bit, computed in
+    """The uniforms ``u`` ``[B, V]`` of :func:`harmonyrl.engine.local.sampling.gumbel_noise`, bit for bit, computed in
     C (``csrc/sample.c``) from int64 ``keys`` and ``counters`` ``[B]``; None without the extension."""
     lib = library()
     if lib is None:

@@ -7,12 +7,12 @@ routing is the trainer's, token for token) and re-implements only attention arou
 
 * cache ``k``/``v``: ``[layers, slots, kv_heads, max_seq_len, head_dim]``; a slot is one in-flight request.
 * prefill: newly admitted prompts' tails, right-padded to ``[n, T]``, each after the cached prefix already
-  copied into its slot (see :mod:`harmonyrl.engine.prefix_cache`). When every row starts at the same
+  copied into its slot (see :mod:`harmonyrl.engine.local.prefix_cache`). When every row starts at the same
   position one causal (or sliding-window) mask serves all rows; otherwise each row gets its own. Padded
   queries compute garbage that is never read (valid queries never see a padded key: it lies in their future).
-  MoE as :func:`~harmonyrl.engine.moe.sparse_moe`.
+  MoE as :func:`~harmonyrl.engine.local.moe.sparse_moe`.
 * decode: one token per active row at per-row positions ``[B]``; keys ``0..max(pos)`` of each row's slot,
-  masked per row. MoE as :func:`~harmonyrl.engine.moe.dense_moe`.
+  masked per row. MoE as :func:`~harmonyrl.engine.local.moe.dense_moe`.
 
 The attention math lives in :func:`sink_attention` alone, so a faster kernel can replace it.
 """
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from transformers import GptOssForCausalLM
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
-from harmonyrl.engine.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
+from harmonyrl.engine.local.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
 
 EAGER_MAX_QUERIES = 16
 """Up to this many queries per row, :func:`sink_attention` runs eager instead of the fused kernel."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harmonyrl.engine import native
+from harmonyrl.engine.local import native
 from harmonyrl.types import SamplingParams
 
 _M32 = 0xFFFFFFFF

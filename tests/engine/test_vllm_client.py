@@ -1,0 +1,236 @@
+"""The vLLM client against a fake server (httpx.MockTransport): what it sends, what it makes of the answers, how
+it retries and fails, and the one-line checks before any work. The real server: tests/engine/test_vllm_server.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from harmonyrl.config import ConfigError, load_config
+from harmonyrl.engine.config import VllmEngineConfig
+from harmonyrl.engine.vllm import EngineFailure, VllmEngine, request_body
+from harmonyrl.engine.vllm_check import check_server
+from harmonyrl.errors import EngineUnavailable
+from harmonyrl.types import SamplingParams
+
+PARAMS = SamplingParams(temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=16, stop_ids=(5, 6), seed=2**64 + 3)
+
+
+def answer(ids: list[int], logprobs: list[float], version: str = "default") -> dict[str, Any]:
+    content = [{"token_id": t, "logprob": lp} for t, lp in zip(ids, logprobs, strict=True)]
+    spans = [{"version": version, "start": 0, "end": len(ids)}]
+    return {"choices": [{"token_ids": ids, "logprobs": {"content": content}, "weight_versions": spans}]}
+
+
+def engine(handler: Any, tmp_path: Path, **fields: Any) -> VllmEngine:
+    config = VllmEngineConfig(model="tiny", url="http://vllm.test", backoff_s=0.001, **fields)
+    return VllmEngine(config, vocab_size=100, max_seq_len=64, sync_dir=tmp_path, transport=httpx.MockTransport(handler))
+
+
+def test_sampling_params_map_onto_vllm_names() -> None:
+    body = request_body("generate", "tiny", [1, 2], PARAMS, 16)
+    s = body["sampling_params"]
+    assert body["token_ids"] == [1, 2] and body["model"] == "tiny"
+    assert (s["temperature"], s["top_p"], s["top_k"], s["max_tokens"]) == (0.7, 0.9, -1, 16)
+    assert s["seed"] == 3  # 2**64 + 3 folded into vLLM's signed 64-bit seed
+    assert s["stop_token_ids"] == [5, 6] and s["ignore_eos"] is True and s["logprobs"] == 0
+    assert s["skip_special_tokens"] is False
+    flat = request_body("completions", "tiny", [1, 2], SamplingParams(top_k=7), 4)
+    assert flat["prompt"] == [1, 2] and flat["return_token_ids"] is True and flat["top_k"] == 7
+
+
+def test_generate_returns_ids_logprobs_stop_and_version(tmp_path: Path) -> None:
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        assert request.url.path == "/inference/v1/generate"
+        return httpx.Response(200, json=answer([9, 8, 5], [-0.5, -1.0, -0.25], version="3"))
+
+    gen = asyncio.run(engine(handler, tmp_path).generate([1, 2, 3], PARAMS))
+    assert gen.token_ids == (9, 8, 5) and gen.logprobs == (-0.5, -1.0, -0.25)
+    assert gen.finish_reason == "stop" and gen.policy_version == 3 and gen.routing is None
+    # the budget is cut to what fits in max_seq_len: 64 - 3 prompt tokens > 16, so 16
+    assert sent[0]["sampling_params"]["max_tokens"] == 16
+
+
+def test_completions_route_and_length_finish(tmp_path: Path) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/completions"
+        choice = {"token_ids": [7, 7], "logprobs": {"token_logprobs": [-1.0, -2.0]}}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    gen = asyncio.run(engine(handler, tmp_path, route="completions").generate([1] * 62, PARAMS))
+    assert gen.token_ids == (7, 7) and gen.finish_reason == "length" and gen.policy_version == 0
+
+
+def test_5xx_and_dropped_connections_are_retried_then_succeed(tmp_path: Path) -> None:
+    calls = iter(["drop", 503, 500, 200])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        outcome = next(calls)
+        if outcome == "drop":
+            raise httpx.ConnectError("connection refused", request=request)
+        if outcome != 200:
+            return httpx.Response(int(outcome), json={"message": "busy"})
+        return httpx.Response(200, json=answer([4], [-0.1]))
+
+    client = engine(handler, tmp_path, retries=3)
+    window = client.metrics_window()
+    gen = asyncio.run(client.generate([1], PARAMS))
+    assert gen.token_ids == (4,)
+    assert window(1.0)["engine/retries"] == 3.0
+
+
+def test_retries_are_bounded_then_the_step_fails_loudly(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with pytest.raises(EngineFailure, match=r"failed /inference/v1/generate 3 times; last: ReadTimeout"):
+        asyncio.run(engine(handler, tmp_path, retries=2).generate([1], PARAMS))
+    assert len(calls) == 3
+
+
+def test_a_refused_request_fails_at_once_with_the_server_message(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(400, json={"error": {"message": "top_p must be in (0, 1]"}, "message": "bad top_p"})
+
+    with pytest.raises(EngineFailure, match="refused /inference/v1/generate: HTTP 400: bad top_p"):
+        asyncio.run(engine(handler, tmp_path).generate([1], PARAMS))
+    assert len(calls) == 1
+
+
+def test_a_malformed_answer_is_a_failure_not_an_empty_generation(tmp_path: Path) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"token_ids": [1, 2], "logprobs": {"content": [{"logprob": 0}]}}]})
+
+    with pytest.raises(EngineFailure, match="2 token ids with 1 log-probs"):
+        asyncio.run(engine(handler, tmp_path).generate([1], PARAMS))
+
+
+def test_bad_prompts_fail_before_any_request(tmp_path: Path) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request expected")
+
+    client = engine(handler, tmp_path)
+    with pytest.raises(ValueError, match="out of range"):
+        asyncio.run(client.generate([100], PARAMS))
+    with pytest.raises(ValueError, match="max_seq_len=64"):
+        asyncio.run(client.generate([1] * 64, PARAMS))
+
+
+def test_weight_sync_saves_then_pauses_reloads_versions_and_resumes(tmp_path: Path) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else dict(request.url.params)
+        seen.append((request.url.path, body))
+        if request.url.path == "/collective_rpc":  # the folder is complete when the server is asked to read it
+            assert load_file(Path(body["kwargs"]["weights_path"]) / "model.safetensors")["w"].tolist() == [1.0, 2.0]
+        return httpx.Response(200, json={})
+
+    client = engine(handler, tmp_path / "sync")
+    asyncio.run(client.sync_weights({"w": torch.tensor([1.0, 2.0])}, version=7))
+    assert [p for p, _ in seen] == ["/pause", "/collective_rpc", "/update_weight_version", "/resume"]
+    assert seen[0][1] == {"mode": "wait"}
+    assert seen[1][1] == {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "sync")}}
+    assert seen[2][1] == {"new_version": "7"} and client.policy_version == 7
+
+
+def test_a_failed_reload_still_resumes_generation(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(422 if request.url.path == "/collective_rpc" else 200, json={"detail": "bad shape"})
+
+    with pytest.raises(EngineFailure, match="bad shape"):
+        asyncio.run(engine(handler, tmp_path).sync_weights({"w": torch.zeros(1)}, version=1))
+    assert seen == ["/pause", "/collective_rpc", "/resume"]
+
+
+MODEL_CONFIG = SimpleNamespace(
+    vocab_size=100, hidden_size=64, num_hidden_layers=2, num_local_experts=4, num_attention_heads=4
+)
+
+
+def fake_server(monkeypatch: pytest.MonkeyPatch, models: list[dict[str, Any]], paths: list[str]) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": models})
+        if request.url.path == "/openapi.json":
+            return httpx.Response(200, json={"paths": {p: {} for p in paths}})
+        return httpx.Response(200, json={"version": "0.32.0"})
+
+    real = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+
+
+ALL_ROUTES = ["/inference/v1/generate", "/v1/completions", "/pause", "/resume", "/collective_rpc"]
+
+
+def test_server_checks_pass_and_label_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_server(monkeypatch, [{"id": "tiny", "max_model_len": 1024}], [*ALL_ROUTES, "/update_weight_version"])
+    label = check_server(VllmEngineConfig(model="tiny", url="http://vllm.test"), MODEL_CONFIG, 512)
+    assert label == "vllm 0.32.0 at http://vllm.test (tiny, generate)"
+
+
+@pytest.mark.parametrize(
+    ("models", "paths", "fields", "message"),
+    [
+        ([{"id": "big", "max_model_len": 1024}], ALL_ROUTES, {}, "serves ['big'], not rollout.engine.model='tiny'"),
+        ([{"id": "tiny", "max_model_len": 256}], ALL_ROUTES, {}, "max_model_len=256 is below rollout.max_seq_len=512"),
+        ([{"id": "tiny", "max_model_len": 1024}], ["/v1/completions"], {}, "--enable-scale-out"),
+        ([{"id": "tiny", "max_model_len": 1024}], ["/v1/completions"], {"route": "completions"}, "DEV_MODE"),
+    ],
+)
+def test_server_problems_are_one_line_before_any_work(
+    monkeypatch: pytest.MonkeyPatch,
+    models: list[dict[str, Any]],
+    paths: list[str],
+    fields: dict[str, Any],
+    message: str,
+) -> None:
+    fake_server(monkeypatch, models, paths)
+    with pytest.raises(EngineUnavailable) as info:
+        check_server(VllmEngineConfig(model="tiny", url="http://vllm.test", **fields), MODEL_CONFIG, 512)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_served_folder_of_another_shape_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**vars(MODEL_CONFIG), "vocab_size": 200}))
+    fake_server(monkeypatch, [{"id": "tiny", "max_model_len": 1024, "root": str(tmp_path)}], ALL_ROUTES)
+    with pytest.raises(EngineUnavailable, match=r"serves another model .*vocab_size 200 != 100"):
+        check_server(VllmEngineConfig(model="tiny", url="http://vllm.test"), MODEL_CONFIG, 512)
+
+
+def test_an_unreachable_url_is_one_line() -> None:
+    with pytest.raises(EngineUnavailable, match=r"rollout.engine.url=http://127.0.0.1:9: no vLLM server answers"):
+        check_server(VllmEngineConfig(model="tiny", url="http://127.0.0.1:9", connect_timeout_s=2), MODEL_CONFIG, 64)
+
+
+def test_engine_config_is_a_typed_union() -> None:
+    local = load_config(overrides=["rollout.engine.max_batch=3"]).rollout.engine
+    assert local.kind == "local" and local.concurrency == 3
+    remote = load_config(overrides=["rollout.engine.kind=vllm", "rollout.engine.model=m"]).rollout.engine
+    assert isinstance(remote, VllmEngineConfig) and remote.concurrency == 64
+    with pytest.raises(ConfigError, match="does not apply to the chosen kind"):
+        load_config(overrides=["rollout.engine.kind=vllm", "rollout.engine.model=m", "rollout.engine.max_batch=3"])
+    with pytest.raises(ConfigError, match=r"rollout\.engine\.model"):
+        load_config(overrides=["rollout.engine.kind=vllm"])
+    with pytest.raises(ConfigError, match="routing_replay=r3 needs"):
+        load_config(overrides=["rollout.engine.kind=vllm", "rollout.engine.model=m", "rl.routing_replay=r3"])
