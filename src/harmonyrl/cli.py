@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
+from harmonyrl.envs.loader import TargetError, UserCodeError
 from harmonyrl.envs.taskfile import TaskFileError
 from harmonyrl.errors import CheckpointError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
@@ -28,9 +29,11 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     SinkUnavailableError,
     TaskFileError,
     SandboxUnavailable,
+    UserCodeError,
 )
 """Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
-package, a malformed task file, no working bubblewrap for a sandboxed env): one line, no traceback."""
+package, a malformed task file, no working bubblewrap for a sandboxed env, the user's own env or expert code
+failing): one line, no traceback."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
 console = Console()
@@ -223,8 +226,8 @@ def check_env_cmd(
 
     try:
         issues = check_target(target, n_tasks=tasks)
-    except (ValueError, ImportError) as e:
-        raise _fail(str(e)) from None
+    except TargetError as e:
+        raise _fail(f"{target}: {e}") from None
     for issue in issues:
         mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
         console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)

@@ -14,12 +14,14 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
+from harmonyrl.envs.loader import TargetError, resolve_target
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
+from harmonyrl.tasks.config import NO_EXPERT, CalculatorEnvConfig, CustomEnvConfig, EnvConfig
 
 
 class ModelConfig(Frozen):
@@ -52,11 +54,18 @@ class SFTConfig(Frozen):
     warmup_steps: int = Field(20, ge=0)
     checkpoint_every: int = Field(50, ge=1)
     """SFT steps between resumable checkpoints (``checkpoints/last``); RL checkpoints after every step."""
-    p_tool: float = Field(0.8, ge=0, le=1)
-    """Probability that the scripted expert uses the tool (otherwise it guesses; why 0.8: docs/tuning.md)."""
-    p_verbose: float = Field(0.3, ge=0, le=1)
-    """Probability that a tool-using demonstration answers in a sentence ("The answer is 42.") instead of the
-    bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
+    expert: str | None = None
+    """Your own expert, ``module:fn`` or ``file.py:fn``: ``fn(task, rng)`` returns the assistant side of a
+    demonstration (list of Messages, tool results included); default: the env's scripted expert, whose knobs
+    are ``env.p_tool`` / ``env.p_verbose``. A file is recorded with its absolute path."""
+
+    @field_validator("expert")
+    @classmethod
+    def _resolve(cls, target: str | None) -> str | None:
+        try:
+            return None if target is None else resolve_target(target)
+        except TargetError as e:  # a custom error: the message reads without pydantic's "Value error, "
+            raise PydanticCustomError("target", "{reason}", {"reason": str(e)}) from None
 
 
 class FaultBreakerConfig(Frozen):
@@ -221,6 +230,12 @@ class RunConfig(Frozen):
         return data
 
     @model_validator(mode="after")
+    def _custom_env_needs_demos(self) -> RunConfig:
+        if isinstance(self.env, CustomEnvConfig) and self.sft.steps > 0 and self.sft.expert is None:
+            raise ValueError(NO_EXPERT)
+        return self
+
+    @model_validator(mode="after")
     def _hang_needs_budget(self) -> RunConfig:
         if self.env_faults.rate > 0 and "hang" in self.env_faults.kinds and self.rollout.episode_timeout_s is None:
             raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
@@ -331,6 +346,17 @@ def _check_keys(tree: dict[str, Any], model: type[BaseModel], prefix: str = "", 
         _check_keys(value, members[tag], full + ".", current if same_kind else None)
 
 
+def _moved_expert_knobs(tree: dict[str, Any]) -> dict[str, Any]:
+    """A config file written before the scripted expert's ``sft.p_tool`` / ``sft.p_verbose`` became ``env.*``
+    (a run's ``config.yaml``, a checkpoint's record) reads as it meant: the keys move to the ``env`` section."""
+    sft, env = tree.get("sft"), tree.get("env")
+    if not isinstance(sft, dict) or not ({"p_tool", "p_verbose"} & sft.keys()) or not isinstance(env, dict | None):
+        return tree
+    moved = {k: sft[k] for k in ("p_tool", "p_verbose") if k in sft}
+    kept = {k: v for k, v in sft.items() if k not in moved}
+    return tree | {"sft": kept, "env": {**(env or {}), **moved}}
+
+
 def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """Load YAML (optional), apply dotted overrides, validate. Raises :class:`ConfigError` on any mistake."""
     tree: dict[str, Any] = {}
@@ -349,7 +375,7 @@ def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...]
             raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
-        tree = loaded
+        tree = _moved_expert_knobs(loaded)
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)

@@ -24,7 +24,7 @@ from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.rollout.store import step_path, write_step
-from harmonyrl.tasks.factory import expert_for
+from harmonyrl.tasks.factory import check_before_compute, expert_for
 from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
@@ -78,10 +78,10 @@ async def run_sft(
 ) -> None:
     """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``."""
     cfg = config.sft
-    expert = expert_for(config.env)
+    expert = expert_for(config.env, cfg.expert)  # ``sft.expert``, else the env's scripted expert
     n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
     tasks = factory.tasks("train")[:n_demos]
-    demos = await build_demos(tok, factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed)
+    demos = await build_demos(tok, factory, expert, tasks, config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
@@ -104,6 +104,11 @@ async def run_sft(
     progress.stop()
 
 
+def _sft_expert(config: RunConfig) -> str | None:
+    """The user's ``sft.expert`` when the warm start runs (checked before compute), else None."""
+    return config.sft.expert if config.sft.steps > 0 else None
+
+
 async def train(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> TrainResult:
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
@@ -112,6 +117,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False, overw
     setup_process(config.seed, config.threads, config.adaptive_threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
+    await check_before_compute(config.env, factory, config.seed, _sft_expert(config))  # the user's code, checked
     held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
     with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
@@ -292,6 +298,7 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
         return done
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
+    await check_before_compute(config.env, factory, config.seed, _sft_expert(config))
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
     if saved is not None and saved.phase != "sft":
         raise CheckpointError(f"'{run_dir}' is past its warm start: continue it with harmonyrl train --resume")
@@ -315,6 +322,7 @@ async def eval_only(
     setup_process(config.seed, config.threads, config.adaptive_threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
+    await check_before_compute(config.env, factory, config.seed, None)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)
     if announce is not None:
