@@ -21,7 +21,7 @@ from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
 from harmonyrl.envs.loader import TargetError, resolve_target
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.config import NO_EXPERT, CalculatorEnvConfig, CustomEnvConfig, EnvConfig
+from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
 
 class ModelConfig(Frozen):
@@ -228,12 +228,6 @@ class RunConfig(Frozen):
         if sft is None or (isinstance(sft, dict) and "steps" not in sft):
             return data | {"sft": {**(sft or {}), "steps": 0}}
         return data
-
-    @model_validator(mode="after")
-    def _custom_env_needs_demos(self) -> RunConfig:
-        if isinstance(self.env, CustomEnvConfig) and self.sft.steps > 0 and self.sft.expert is None:
-            raise ValueError(NO_EXPERT)
-        return self
 
     @model_validator(mode="after")
     def _hang_needs_budget(self) -> RunConfig:

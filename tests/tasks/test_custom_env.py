@@ -65,16 +65,16 @@ def test_a_malformed_or_missing_target_is_a_config_error(here: Path, target: str
     assert str(e.value) == message
 
 
-def test_a_custom_env_that_warm_starts_needs_an_expert_or_demonstrations(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as e:
-        load_config(None, ["env.name=custom", "env.factory=my_pkg:make"])
+def test_a_custom_env_that_warm_starts_needs_an_expert_or_demonstrations(here: Path) -> None:
+    env = CustomEnvConfig(factory="units.py:UnitFactory", kwargs={"max_value": 3})
+    factory = make_factory(env, 0)
+    with pytest.raises(UserCodeError) as e:
+        asyncio.run(check_before_compute(env, factory, 0, sft_steps=1))
     assert str(e.value) == (
-        "config: env.name=custom has no scripted expert for the SFT warm start: give sft.expert=module:fn "
+        "env.name=custom has no scripted expert for the SFT warm start: give sft.expert=module:fn "
         "(or file.py:fn), demonstrations (sft.demos=FILE), or sft.steps=0"
     )
-    (tmp_path / "config.json").write_text("{}")  # a checkpoint is the warm start: sft.steps resolves to 0
-    cfg = load_config(None, ["env.name=custom", "env.factory=my_pkg:make", f"model.init_from={tmp_path}"])
-    assert cfg.sft.steps == 0
+    asyncio.run(check_before_compute(env, factory, 0, sft_steps=0))  # no warm start: nothing to demonstrate
 
 
 def test_the_resolved_config_round_trips(here: Path) -> None:
@@ -106,7 +106,7 @@ def test_memory_wraps_a_custom_env_too(here: Path) -> None:
 def _custom_error(env: CustomEnvConfig) -> str:
     with pytest.raises(UserCodeError) as e:
         factory = make_factory(env, 0)
-        asyncio.run(check_before_compute(env, factory, 0, None))
+        asyncio.run(check_before_compute(env, factory, 0))
     assert "\n" not in str(e.value)
     return str(e.value)
 
@@ -212,7 +212,7 @@ def test_a_broken_expert_is_one_line(here: Path, body: str, target: str, message
     env = CustomEnvConfig(factory="units.py:UnitFactory", kwargs={"max_value": 3})
     factory = make_factory(env, 0)
     with pytest.raises(UserCodeError) as e:
-        asyncio.run(check_before_compute(env, factory, 0, target))
+        asyncio.run(check_before_compute(env, factory, 0, 1, target))
     assert message in str(e.value) and "\n" not in str(e.value)
 
 

@@ -207,7 +207,7 @@ NO_EXPERT = (
     "env.name=custom has no scripted expert for the SFT warm start: give sft.expert=module:fn (or file.py:fn), "
     "demonstrations (sft.demos=FILE), or sft.steps=0"
 )
-"""Why a custom env cannot warm-start on its own (a config error when the run config is validated)."""
+"""Why a custom env cannot warm-start on its own (said before any compute, see ``tasks.factory``)."""
 
 
 EnvConfig = Annotated[

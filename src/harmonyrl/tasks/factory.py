@@ -89,15 +89,20 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
     raise AssertionError(f"unhandled env config {type(env).__name__}")  # pragma: no cover - the union is closed
 
 
-async def check_before_compute(env: EnvConfig, factory: EnvFactory, seed: int, user_expert: str | None) -> None:
+async def check_before_compute(
+    env: EnvConfig, factory: EnvFactory, seed: int, sft_steps: int = 0, user_expert: str | None = None
+) -> None:
     """The user's own code, before a run computes anything (and before its folder exists): ``check_env`` on a
-    ``custom`` env (the built-in envs are checked by their tests instead), and ``user_expert`` (``sft.expert``,
-    when SFT runs) loaded and asked for one demonstration. A problem is a one-line
-    :class:`~harmonyrl.envs.loader.UserCodeError`."""
+    ``custom`` env (the built-in envs are checked by their tests instead) and, when the warm start runs
+    (``sft_steps`` > 0), its expert: ``user_expert`` (``sft.expert``) loaded and asked for one demonstration, or
+    the one-line error that a custom env has none. A problem is a :class:`~harmonyrl.envs.loader.UserCodeError`."""
     if isinstance(env, CustomEnvConfig):
         await require_env_ok(factory, functools.partial(make_factory, env, seed), env.factory)
+    if sft_steps == 0:
+        return
+    expert = expert_for(env, user_expert)
     if user_expert is not None and (tasks := factory.tasks("train")):
-        custom_expert(user_expert)(tasks[0], random.Random(seed))
+        expert(tasks[0], random.Random(seed))
 
 
 def expert_for(env: EnvConfig, user_expert: str | None = None) -> Expert:
@@ -125,6 +130,6 @@ def expert_for(env: EnvConfig, user_expert: str | None = None) -> Expert:
             return functools.partial(
                 browse_demo, p_tool=env.p_tool, p_verbose=env.p_verbose, top_k=env.top_k, page_chars=env.page_chars
             )
-        case CustomEnvConfig():  # the run config refuses this combination; here for callers that bypass it
+        case CustomEnvConfig():  # checked before compute (check_before_compute), so it is said before the run
             raise UserCodeError(NO_EXPERT)
     return functools.partial(expert_demo, p_tool=env.p_tool, p_verbose=env.p_verbose)

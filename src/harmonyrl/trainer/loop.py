@@ -104,11 +104,6 @@ async def run_sft(
     progress.stop()
 
 
-def _sft_expert(config: RunConfig) -> str | None:
-    """The user's ``sft.expert`` when the warm start runs (checked before compute), else None."""
-    return config.sft.expert if config.sft.steps > 0 else None
-
-
 async def train(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> TrainResult:
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
@@ -117,7 +112,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False, overw
     setup_process(config.seed, config.threads, config.adaptive_threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    await check_before_compute(config.env, factory, config.seed, _sft_expert(config))  # the user's code, checked
+    await check_before_compute(config.env, factory, config.seed, config.sft.steps, config.sft.expert)  # user's code
     held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
     with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
@@ -298,7 +293,7 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
         return done
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    await check_before_compute(config.env, factory, config.seed, _sft_expert(config))
+    await check_before_compute(config.env, factory, config.seed, config.sft.steps, config.sft.expert)
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
     if saved is not None and saved.phase != "sft":
         raise CheckpointError(f"'{run_dir}' is past its warm start: continue it with harmonyrl train --resume")
@@ -322,7 +317,7 @@ async def eval_only(
     setup_process(config.seed, config.threads, config.adaptive_threads)
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
-    await check_before_compute(config.env, factory, config.seed, None)
+    await check_before_compute(config.env, factory, config.seed)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine_kernel(config, model)
     if announce is not None:
