@@ -139,6 +139,20 @@ def sft(
     console.print(f"SFT checkpoint: [bold]{path}[/]")
 
 
+def _eval_config(config: Path | None, overrides: list[str], checkpoint: Path) -> RunConfig:
+    """The config of ``eval``. ``env.*`` overrides that are not a whole env on their own (``env.kwargs.x=1`` of a
+    custom env, whose ``env.factory`` is in the record) are checked later, on top of the checkpoint's record."""
+    try:
+        return load_config(config, overrides)
+    except ConfigError as e:
+        from harmonyrl.trainer.checkpoint_files import record_path
+
+        others = [o for o in overrides if not o.strip().startswith("env.")]
+        if len(others) == len(overrides) or record_path(checkpoint) is None:
+            raise _fail(str(e)) from None
+        return _config(config, others)
+
+
 @app.command(name="eval")
 def evaluate(
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="Checkpoint folder (config.json + safetensors).")],
@@ -154,7 +168,10 @@ def evaluate(
 
     try:
         chosen = resolve_eval_env(
-            _config(config, overrides), checkpoint, explicit_env(config, overrides or []), allow_env_mismatch
+            _eval_config(config, overrides or [], checkpoint),
+            checkpoint,
+            explicit_env(config, overrides or []),
+            allow_env_mismatch,
         )
     except ConfigError as e:
         raise _fail(str(e)) from None
