@@ -84,7 +84,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
     assert recorded.env.model_dump() == {
         "name": "custom",
         "factory": f"{tmp_path / 'examples' / 'unit_env.py'}:UnitFactory",
-        "kwargs": {"max_value": 60},
+        "kwargs": {"max_value": 1000},
         "memory": False,
     }
 
