@@ -1,7 +1,15 @@
-"""A complete custom environment with a tool: unit conversion. Check it with
-``harmonyrl check-env examples/unit_env.py:UnitFactory``."""
+"""A complete custom environment with a tool, and an expert for the SFT warm start: unit conversion.
 
-from harmonyrl.envs.tools import Tool, Toolbox
+The tutorial (docs/custom-env.md) walks through it. Check it with
+``harmonyrl check-env examples/unit_env.py:UnitFactory``; train on it with
+``harmonyrl train env.name=custom env.factory=examples/unit_env.py:UnitFactory sft.expert=examples/unit_env.py:expert``.
+"""
+
+import json
+import random
+import re
+
+from harmonyrl.envs.tools import Tool, Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message, StepResult, Task
 
@@ -41,11 +49,14 @@ class UnitEnv:
 
 
 class UnitFactory:
+    """Every (value, unit, target unit) with ``value < max_value`` whose answer is not 0.00; every 10th is held out."""
+
     name = "units"
 
-    def __init__(self) -> None:
+    def __init__(self, max_value: int = 60) -> None:
         self.box = Toolbox([Tool.from_function(convert, timeout_s=2.0)])
-        pairs = [(v, u, t) for v in range(1, 60) for u in FACTORS for t in FACTORS if u != t]
+        pairs = [(v, u, t) for v in range(1, max_value) for u in FACTORS for t in FACTORS if u != t]
+        pairs = [(v, u, t) for v, u, t in pairs if convert(v, u, t) != "0.00"]
         self._tasks = [
             Task(f"units-{i}", f"How many {t} is {v} {u}?", convert(v, u, t), "test" if i % 10 == 0 else "train")
             for i, (v, u, t) in enumerate(pairs)
@@ -56,3 +67,22 @@ class UnitFactory:
 
     def make(self, task: Task) -> UnitEnv:
         return UnitEnv(task, self.box)
+
+
+QUESTION = re.compile(r"How many (\w+) is (\d+) (\w+)\?")
+
+
+def expert(task: Task, rng: random.Random) -> list[Message]:
+    """A demonstration for the SFT warm start: call ``convert``, then answer with its result.
+
+    Imperfect on purpose, so that RL has something to learn: 1 in 5 answers is a guess made without the tool,
+    and 3 in 10 tool-using answers are a sentence ("It is 5.00 km.") that the exact-match grader scores 0.
+    """
+    to, value, unit = QUESTION.fullmatch(task.prompt).groups()  # type: ignore[union-attr]  # our own prompts
+    if rng.random() < 0.2:
+        return [Message("assistant", f"{float(task.answer) * rng.uniform(0.5, 1.5):.2f}", channel="final")]
+    args = {"value": int(value), "unit": unit, "to": to}
+    call = Message("assistant", json.dumps(args), "commentary", recipient="functions.convert", content_type="json")
+    result = convert(**args)
+    answer = f"It is {result} {to}." if rng.random() < 0.3 else result
+    return [call, observation("convert", result), Message("assistant", answer, channel="final")]

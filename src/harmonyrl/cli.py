@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from harmonyrl.config import ConfigError, RunConfig, load_config
+from harmonyrl.envs.loader import TargetError, UserCodeError
 from harmonyrl.envs.taskfile import TaskFileError
 from harmonyrl.errors import (
     CheckpointError,
@@ -39,9 +40,11 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     TaskFileError,
     SandboxUnavailable,
     ClusterError,
+    UserCodeError,
 )
 """Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
-package, a malformed task file, no working bubblewrap for a sandboxed env): one line, no traceback."""
+package, a malformed task file, no working bubblewrap for a sandboxed env, the user's own env or expert code
+failing): one line, no traceback."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
 console = Console()
@@ -172,6 +175,20 @@ def _export_demos(cfg: RunConfig, path: Path) -> None:
     console.print(f"wrote {n} demonstrations of env {cfg.env.name} to {path}: train on them with sft.demos={path}")
 
 
+def _eval_config(config: Path | None, overrides: list[str], checkpoint: Path) -> RunConfig:
+    """The config of ``eval``. ``env.*`` overrides that are not a whole env on their own (``env.kwargs.x=1`` of a
+    custom env, whose ``env.factory`` is in the record) are checked later, on top of the checkpoint's record."""
+    try:
+        return load_config(config, overrides)
+    except ConfigError as e:
+        from harmonyrl.trainer.checkpoint_files import record_path
+
+        others = [o for o in overrides if not o.strip().startswith("env.")]
+        if len(others) == len(overrides) or record_path(checkpoint) is None:
+            raise _fail(str(e)) from None
+        return _config(config, others)
+
+
 @app.command(name="eval")
 def evaluate(
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="Checkpoint folder (config.json + safetensors).")],
@@ -187,7 +204,10 @@ def evaluate(
 
     try:
         chosen = resolve_eval_env(
-            _config(config, overrides), checkpoint, explicit_env(config, overrides or []), allow_env_mismatch
+            _eval_config(config, overrides or [], checkpoint),
+            checkpoint,
+            explicit_env(config, overrides or []),
+            allow_env_mismatch,
         )
     except ConfigError as e:
         raise _fail(str(e)) from None
@@ -259,8 +279,8 @@ def check_env_cmd(
 
     try:
         issues = check_target(target, n_tasks=tasks)
-    except (ValueError, ImportError) as e:
-        raise _fail(str(e)) from None
+    except TargetError as e:
+        raise _fail(f"{target}: {e}") from None
     for issue in issues:
         mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
         console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)

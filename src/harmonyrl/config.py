@@ -14,11 +14,13 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
 from harmonyrl.engine.config import EngineConfig, LocalEngineConfig, VllmEngineConfig
+from harmonyrl.envs.loader import TargetError, resolve_target
 from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
@@ -58,17 +60,24 @@ class SFTConfig(Frozen):
     warmup_steps: int = Field(20, ge=0)
     checkpoint_every: int = Field(50, ge=1)
     """SFT steps between resumable checkpoints (``checkpoints/last``); RL checkpoints after every step."""
-    p_tool: float = Field(0.8, ge=0, le=1)
-    """Probability that the scripted expert uses the tool (otherwise it guesses; why 0.8: docs/tuning.md)."""
-    p_verbose: float = Field(0.3, ge=0, le=1)
-    """Probability that a tool-using demonstration answers in a sentence ("The answer is 42.") instead of the
-    bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
+    expert: str | None = None
+    """Your own expert, ``module:fn`` or ``file.py:fn``: ``fn(task, rng)`` returns the assistant side of a
+    demonstration (list of Messages, tool results included); default: the env's scripted expert, whose knobs
+    are ``env.p_tool`` / ``env.p_verbose``. A file is recorded with its absolute path."""
     demos: Path | None = None
-    """Demonstrations from a file instead of the scripted expert: JSONL, parquet or a datasets folder
+    """Demonstrations from a file instead of an expert: JSONL, parquet or a datasets folder
     (docs/demonstrations.md); ``sft.steps`` still counts optimizer steps, in seeded epochs over the file."""
     demos_on_mismatch: Literal["drop", "keep", "error"] = "drop"
     """A file demonstration whose recorded tool result differs from the env's own: skip it, train on it as
     recorded, or stop with an error (each one is reported either way)."""
+
+    @field_validator("expert")
+    @classmethod
+    def _resolve(cls, target: str | None) -> str | None:
+        try:
+            return None if target is None else resolve_target(target)
+        except TargetError as e:  # a custom error: the message reads without pydantic's "Value error, "
+            raise PydanticCustomError("target", "{reason}", {"reason": str(e)}) from None
 
 
 class FaultBreakerConfig(Frozen):
@@ -385,6 +394,17 @@ def _check_keys(tree: dict[str, Any], model: type[BaseModel], prefix: str = "", 
         _check_keys(value, members[tag], full + ".", current if same_kind else None)
 
 
+def _moved_expert_knobs(tree: dict[str, Any]) -> dict[str, Any]:
+    """A config file written before the scripted expert's ``sft.p_tool`` / ``sft.p_verbose`` became ``env.*``
+    (a run's ``config.yaml``, a checkpoint's record) reads as it meant: the keys move to the ``env`` section."""
+    sft, env = tree.get("sft"), tree.get("env")
+    if not isinstance(sft, dict) or not ({"p_tool", "p_verbose"} & sft.keys()) or not isinstance(env, dict | None):
+        return tree
+    moved = {k: sft[k] for k in ("p_tool", "p_verbose") if k in sft}
+    kept = {k: v for k, v in sft.items() if k not in moved}
+    return tree | {"sft": kept, "env": {**(env or {}), **moved}}
+
+
 def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """Load YAML (optional), apply dotted overrides, validate. Raises :class:`ConfigError` on any mistake."""
     tree: dict[str, Any] = {}
@@ -403,7 +423,7 @@ def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...]
             raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
-        tree = loaded
+        tree = _moved_expert_knobs(loaded)
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)

@@ -21,7 +21,11 @@ class NoHeldOutTasks(ValueError):
 class DemoFileError(ValueError):
     """An ``sft.demos`` file that cannot be read at all (missing, wrong format, no ``messages`` column) or holds
     no usable demonstration, or a tool result that disagrees with ``sft.demos_on_mismatch=error``."""
+
+
 class ClusterError(ValueError):
     """The Ray cluster asked for (``scale.*``) cannot be used: not installed, not answering, or too small."""
+
+
 class EngineUnavailable(ValueError):
     """The configured inference server cannot be used: unreachable, serving another model, or lacking a route."""

@@ -191,10 +191,10 @@ def test_check_env_passes_the_readme_example_and_flags_a_broken_env(tmp_path: Pa
 @pytest.mark.parametrize(
     ("target", "needle"),
     [
-        ("no_colon", "expected MODULE:FACTORY"),
-        ("examples/missing.py:F", "missing.py"),
-        ("harmonyrl.no_such_module:F", "cannot import 'harmonyrl.no_such_module'"),
-        ("json:nope", "no callable 'nope'"),
+        ("no_colon", "no_colon: expected MODULE:NAME or FILE.py:NAME"),
+        ("examples/missing.py:F", "no such file: 'examples/missing.py'"),
+        ("harmonyrl.no_such_module:F", "harmonyrl.no_such_module:F: module 'harmonyrl.no_such_module' not found"),
+        ("json:nope", "json:nope: 'json' has no 'nope'"),
     ],
 )
 def test_check_env_bad_targets_are_one_line_errors(target: str, needle: str) -> None:

@@ -58,13 +58,15 @@ def test_broken_env_is_reported() -> None:
 
 
 def _builtin_env_configs() -> list[object]:
-    """One default config per member of the ``EnvConfig`` union: a new env is covered without editing this."""
+    """One default config per member of the ``EnvConfig`` union: a new env is covered without editing this
+    (``custom``, the user's own, with the tutorial's example)."""
+    from pathlib import Path
     from typing import get_args
 
-    from harmonyrl.tasks.config import EnvConfig
+    from harmonyrl.tasks.config import CustomEnvConfig, EnvConfig
 
-    union = get_args(EnvConfig)[0]
-    return [cls() for cls in get_args(union)]
+    example = CustomEnvConfig(factory=f"{Path(__file__).parents[2] / 'examples' / 'unit_env.py'}:UnitFactory")
+    return [example if cls is CustomEnvConfig else cls() for cls in get_args(get_args(EnvConfig)[0])]
 
 
 @pytest.mark.parametrize("env_cfg", _builtin_env_configs(), ids=lambda c: c.name)  # type: ignore[attr-defined]

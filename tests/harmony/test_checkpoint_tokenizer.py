@@ -59,10 +59,9 @@ def test_transformers_ids_equal_harmonyrl_ids_on_rendered_episodes(ckpt: Path, t
     """Whole expert episodes (system, developer with tool schemas, user, tool calls, tool results, final answer),
     rendered by harmonyrl, decoded to text and re-tokenized by the checkpoint's transformers tokenizer."""
     hf = _hf(ckpt)
-    cfg = load_config(None, [f"env.name={env}", "env.n_train=6", "env.n_test=2"])
+    cfg = load_config(None, [f"env.name={env}", "env.n_train=6", "env.n_test=2", "env.p_tool=1.0", "env.p_verbose=0.5"])
     factory = make_factory(cfg.env, 0)
-    expert = expert_for(cfg.env)
-    demos = asyncio.run(build_demos(tok, factory, lambda t, r: expert(t, r, 1.0, 0.5), factory.tasks("train"), 0))
+    demos = asyncio.run(build_demos(tok, factory, expert_for(cfg.env), factory.tasks("train"), 0))
     assert demos
     for demo in demos:
         text = tok.decode(demo.ids)

@@ -237,13 +237,14 @@ def test_config_builds_the_factory_and_a_matching_expert() -> None:
     from harmonyrl.config import ConfigError, load_config
     from harmonyrl.tasks.factory import expert_for, make_factory
 
-    overrides = ["env.name=browse", "env.n_train=20", "env.n_test=5", "env.top_k=2", "env.page_chars=60"]
+    overrides = ["env.name=browse", "env.n_train=20", "env.n_test=5", "env.top_k=2", "env.page_chars=60",
+                 "env.p_tool=1.0", "env.p_verbose=0.0"]  # fmt: skip
     cfg = load_config(None, overrides)
     built = make_factory(cfg.env, seed=0)
     assert isinstance(built, BrowseFactory) and (built.top_k, built.page_chars) == (2, 60)
     assert built.tasks("train") == TRAIN[:20]
     task = built.tasks("train")[0]
-    demo = expert_for(cfg.env)(task, random.Random(0), 1.0, 0.0)
+    demo = expert_for(cfg.env)(task, random.Random(0))  # the env's knobs, bound
     assert demo == expert_demo(task, random.Random(0), 1.0, 0.0, top_k=2, page_chars=60)
     assert len(json.loads(demo[1].content)["results"]) == 2
     calls = [[m] for m in demo if m.role == "assistant" and m.channel != "final"]

@@ -4,6 +4,7 @@ and who is blamed when something goes wrong (the code: reward 0; the grader: a m
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -292,6 +293,8 @@ def test_config_builds_the_factory(factory: HumanEvalFactory) -> None:
         5,
     )
     assert (built.tasks("train"), built.tasks("test")) == (TRAIN[:6], TEST[:3])
-    assert expert_for(cfg.env) is expert_demo
+    expert = expert_for(cfg.env)  # the scripted expert with the env's p_tool / p_verbose bound
+    assert isinstance(expert, functools.partial) and expert.func is expert_demo
+    assert expert.keywords == {"p_tool": cfg.env.p_tool, "p_verbose": cfg.env.p_verbose}
     with pytest.raises(ConfigError, match=r"'env.n_train': Input should be less than or equal to 124"):
         load_config(None, ["env.name=humaneval", "env.n_train=500"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 from collections.abc import Sequence
@@ -193,4 +194,6 @@ def test_config_wiring() -> None:
                                     "env.reward.outcome=0.5"])  # fmt: skip
     factory = make_factory(config.env, seed=0)
     assert isinstance(factory, InstructFactory) and factory.weights == RewardWeights(outcome=0.5, format=0.5)
-    assert expert_for(config.env) is expert_demo
+    expert = expert_for(config.env)  # the scripted expert with the env's p_tool / p_verbose bound
+    assert isinstance(expert, functools.partial) and expert.func is expert_demo
+    assert expert.keywords == {"p_tool": config.env.p_tool, "p_verbose": config.env.p_verbose}

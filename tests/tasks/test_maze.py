@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 from collections.abc import Sequence
@@ -184,4 +185,6 @@ def test_config_wiring_with_memory() -> None:
     assert isinstance(factory, MemoryFactory) and isinstance(factory.inner, MazeFactory)
     assert factory.name == "maze" and factory.inner.size == 3 and factory.inner.weights.step_cost == 0.01
     assert [t.name for t in factory.make(factory.tasks("train")[0]).tools] == ["look", "move", "remember", "recall"]
-    assert expert_for(config.env) is expert_demo
+    expert = expert_for(config.env)  # the scripted expert with the env's p_tool / p_verbose bound
+    assert isinstance(expert, functools.partial) and expert.func is expert_demo
+    assert expert.keywords == {"p_tool": config.env.p_tool, "p_verbose": config.env.p_verbose}

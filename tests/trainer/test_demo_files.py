@@ -34,10 +34,10 @@ def _factory() -> CalculatorFactory:
 
 def _expert_path() -> list[Demo]:
     """What run_sft builds without sft.demos, for the same config."""
-    cfg = load_config(None, CONFIG).sft
+    env = load_config(None, CONFIG).env
     factory = _factory()
     tasks = factory.tasks("train")[:N_TASKS]
-    fn = lambda t, r: expert_demo(t, r, cfg.p_tool, cfg.p_verbose)  # noqa: E731
+    fn = lambda t, r: expert_demo(t, r, env.p_tool, env.p_verbose)  # noqa: E731
     return asyncio.run(build_demos(TOK, factory, fn, tasks, SEED))
 
 

@@ -20,15 +20,12 @@ import asyncio
 import inspect
 import json
 import math
-import os
-import sys
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
+from harmonyrl.envs.loader import TargetError, load_factory, where_in_user_code
 from harmonyrl.envs.tools import ToolSchemaError
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
@@ -219,7 +216,7 @@ def check_env(
 
 def check_target(target: str, n_tasks: int = 5) -> list[CheckIssue]:
     """:func:`check_env` on ``MODULE:FACTORY`` or ``FILE.py:FACTORY``. A malformed target, a missing file,
-    module or attribute raise ``ValueError`` / ``ImportError`` (one-line messages); the user's code failing
+    module or attribute raise :class:`~harmonyrl.envs.loader.TargetError` (one line); the user's code failing
     while it is imported or while the factory is built (a tool whose schema cannot be derived, any other
     exception) is an issue, reported like the others."""
     try:
@@ -227,26 +224,11 @@ def check_target(target: str, n_tasks: int = 5) -> list[CheckIssue]:
         factory = make()
     except ToolSchemaError as e:
         return [CheckIssue("tools", str(e))]
-    except (ValueError, ImportError):
+    except TargetError:
         raise
     except Exception as e:
-        return [CheckIssue("load", f"building {target} raised {type(e).__name__}: {e}{_where(e)}")]
+        return [CheckIssue("load", f"building {target} raised {type(e).__name__}: {e}{where_in_user_code(e)}")]
     return check_env(factory, n_tasks, rebuild=make)
-
-
-def _where(error: BaseException) -> str:
-    """`` (file:line)`` of the innermost frame outside this package, the standard library and installed
-    packages: where the user's code failed."""
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    skip = {Path(__file__).resolve().parents[1], *(Path(paths[k]).resolve() for k in ("stdlib", "purelib", "platlib"))}
-    frames = [
-        f
-        for f in traceback.extract_tb(error.__traceback__)
-        if Path(f.filename).is_file() and not skip & set(Path(f.filename).resolve().parents)
-    ]
-    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None) -> None:
@@ -254,43 +236,3 @@ def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], E
     issues = errors(check_env(factory, n_tasks, rebuild))
     if issues:
         raise AssertionError("env check failed:\n" + "\n".join(f"  - {i}" for i in issues))
-
-
-def load_factory(target: str) -> Callable[[], EnvFactory]:
-    """``"pkg.module:Factory"`` or ``"path/to/env.py:Factory"`` → the zero-argument factory callable.
-
-    Raises ``ValueError`` / ``ImportError`` with a one-line message for a malformed target, a missing file or
-    module, or a missing attribute. Imports resolve as with ``python -m MODULE`` (the working directory
-    first) and ``python FILE.py`` (the file's folder first), so no ``PYTHONPATH`` is needed.
-    """
-    import importlib
-    import importlib.util
-
-    module_part, sep, attr = target.rpartition(":")
-    if not sep or not module_part or not attr:
-        raise ValueError(f"expected MODULE:FACTORY or FILE.py:FACTORY, got {target!r}")
-    if module_part.endswith(".py"):
-        path = Path(module_part)
-        if not path.is_file():
-            raise ValueError(f"no such file: '{path}'")
-        _first_on_path(str(path.resolve().parent))
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load '{path}' as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        _first_on_path(os.getcwd())
-        try:
-            module = importlib.import_module(module_part)
-        except ImportError as e:  # name the target: the bare "No module named 'x'" does not say who asked
-            raise ImportError(f"cannot import '{module_part}' (from {target!r}): {e}") from e
-    factory: Callable[[], EnvFactory] | None = getattr(module, attr, None)  # what it builds: check_env checks
-    if not callable(factory):
-        raise ValueError(f"'{module_part}' has no callable '{attr}'")
-    return factory
-
-
-def _first_on_path(folder: str) -> None:
-    if folder not in sys.path and not (folder == os.getcwd() and "" in sys.path):
-        sys.path.insert(0, folder)

@@ -1,7 +1,9 @@
-"""The ``env`` section of the run config: one typed model per built-in environment, chosen by ``env.name``.
+"""The ``env`` section of the run config: one typed model per built-in environment, chosen by ``env.name``, and
+``custom``: the user's own factory (docs/custom-env.md).
 
 Adding an environment is a model here, a member of :data:`EnvConfig` and one case in
-:func:`harmonyrl.tasks.factory.make_factory`.
+:func:`harmonyrl.tasks.factory.make_factory`. Every built-in env has a deliberately imperfect scripted expert for
+the SFT warm start; its two knobs, ``p_tool`` and ``p_verbose``, are the env's (what they mean differs per env).
 """
 
 from __future__ import annotations
@@ -9,9 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from harmonyrl.envs.loader import TargetError, resolve_target
 from harmonyrl.frozen import Frozen
+
+P_TOOL = 0.8
+"""Default ``p_tool`` of every built-in expert (why 0.8: docs/tuning.md)."""
+P_VERBOSE = 0.3
+"""Default ``p_verbose`` of every built-in expert."""
 
 
 class CalculatorEnvConfig(Frozen):
@@ -24,6 +33,11 @@ class CalculatorEnvConfig(Frozen):
     """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted expert uses the calculator (otherwise it guesses; why 0.8: docs/tuning.md)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a tool-using demonstration answers in a sentence ("The answer is 42.") instead of the
+    bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
 
 
 class RewardWeightsConfig(Frozen):
@@ -57,6 +71,10 @@ class RetoolEnvConfig(Frozen):
     reward: RewardWeightsConfig = RewardWeightsConfig()
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted expert runs a program (otherwise it guesses a plausible wrong number)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a program-running demonstration wraps the right number in a sentence (scored 0)."""
 
 
 class SqlEnvConfig(Frozen):
@@ -71,6 +89,10 @@ class SqlEnvConfig(Frozen):
     reward: RewardWeightsConfig = RewardWeightsConfig()
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted expert queries (otherwise it guesses a plausible wrong number)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a querying demonstration wraps the right value in a sentence (scored 0)."""
 
 
 class InstructEnvConfig(Frozen):
@@ -86,6 +108,10 @@ class InstructEnvConfig(Frozen):
     """``format`` here is partial credit: the fraction of the constraints that hold."""
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted expert complies (otherwise it breaks one random constraint)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a demonstration opens with a chatty preamble (breaks exact starts, JSON, word limits)."""
 
 
 class MazeEnvConfig(Frozen):
@@ -102,6 +128,10 @@ class MazeEnvConfig(Frozen):
     """Set ``step_cost`` to make shorter walks to the exit earn more."""
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that each scripted move is the shortest-path one (otherwise a random other direction)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a scripted move is preceded by a needless ``look``."""
 
 
 class HumanEvalEnvConfig(Frozen):
@@ -122,6 +152,10 @@ class HumanEvalEnvConfig(Frozen):
     """``format`` here is: the submission is valid Python that completes the function."""
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted expert tries the solution in the sandbox (otherwise it submits a broken one)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a demonstration puts a sentence before the right code (not Python: scored 0)."""
 
 
 class BrowseEnvConfig(Frozen):
@@ -141,6 +175,39 @@ class BrowseEnvConfig(Frozen):
     reward: RewardWeightsConfig = RewardWeightsConfig()
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted expert browses (otherwise it guesses without searching)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a browsing demonstration wraps the right answer in a sentence (scored 0)."""
+
+
+class CustomEnvConfig(Frozen):
+    """Your own environment: a callable in your code that returns an ``EnvFactory`` (docs/custom-env.md). It is
+    checked with ``check_env`` before any compute; ``harmonyrl check-env`` runs the same check on its own."""
+
+    name: Literal["custom"] = "custom"
+    factory: str
+    """``pkg.module:make_factory`` or ``path/to/file.py:Factory``, called with ``kwargs`` (a file is recorded with
+    its absolute path, so ``--resume`` and ``eval`` from another folder load the same code)."""
+    kwargs: dict[str, bool | int | float | str | None] = Field(default_factory=dict)
+    """Keyword arguments of the factory call (YAML scalars), e.g. ``env.kwargs.difficulty=3``."""
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+
+    @field_validator("factory")
+    @classmethod
+    def _resolve(cls, target: str) -> str:
+        try:
+            return resolve_target(target)
+        except TargetError as e:  # a custom error: the message reads without pydantic's "Value error, "
+            raise PydanticCustomError("target", "{reason}", {"reason": str(e)}) from None
+
+
+NO_EXPERT = (
+    "env.name=custom has no scripted expert for the SFT warm start: give sft.expert=module:fn (or file.py:fn), "
+    "demonstrations (sft.demos=FILE), or sft.steps=0"
+)
+"""Why a custom env cannot warm-start on its own (said before any compute, see ``tasks.factory``)."""
 
 
 EnvConfig = Annotated[
@@ -150,6 +217,7 @@ EnvConfig = Annotated[
     | InstructEnvConfig
     | MazeEnvConfig
     | HumanEvalEnvConfig
-    | BrowseEnvConfig,
+    | BrowseEnvConfig
+    | CustomEnvConfig,
     Field(discriminator="name"),
 ]

@@ -1,7 +1,8 @@
-"""From the typed ``env`` config to an environment factory and its scripted expert (for the SFT warm start).
+"""From the typed ``env`` config to an environment factory and its expert (for the SFT warm start).
 
 A ``match`` on the config type, not a string registry: adding an environment means adding its config class to
 the union in :mod:`harmonyrl.tasks.config` and one case here, and a typo in ``env.name`` is a config error.
+``custom`` is the user's own factory (:mod:`harmonyrl.tasks.custom`); ``sft.expert`` the user's own expert.
 """
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from collections.abc import Callable
 
 from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.tasks.config import (
+    NO_EXPERT,
     BrowseEnvConfig,
     CalculatorEnvConfig,
+    CustomEnvConfig,
     EnvConfig,
     HumanEvalEnvConfig,
     InstructEnvConfig,
@@ -24,10 +27,7 @@ from harmonyrl.tasks.config import (
     RewardWeightsConfig,
     SqlEnvConfig,
 )
-from harmonyrl.types import Message, Task
-
-Expert = Callable[[Task, random.Random, float, float], list[Message]]
-"""``expert(task, rng, p_tool, p_verbose)`` → the assistant side of a demonstration."""
+from harmonyrl.tasks.custom import Expert, custom_expert, custom_factory, require_env_ok
 
 
 def _weights(cfg: RewardWeightsConfig) -> RewardWeights:
@@ -84,11 +84,33 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
             return BrowseFactory(
                 seed, env.n_train, env.n_test, env.top_k, env.page_chars, _weights(env.reward), env.tasks_file
             )
+        case CustomEnvConfig():  # the user's own: ``seed`` is theirs to take, as an ``env.kwargs`` entry
+            return custom_factory(env.factory, env.kwargs)
     raise AssertionError(f"unhandled env config {type(env).__name__}")  # pragma: no cover - the union is closed
 
 
-def expert_for(env: EnvConfig) -> Expert:
-    """The scripted, deliberately imperfect expert whose demonstrations warm-start the policy."""
+async def check_before_compute(
+    env: EnvConfig, factory: EnvFactory, seed: int, sft_steps: int = 0, user_expert: str | None = None
+) -> None:
+    """The user's own code, before a run computes anything (and before its folder exists): ``check_env`` on a
+    ``custom`` env (the built-in envs are checked by their tests instead) and, when the warm start runs
+    (``sft_steps`` > 0), its expert: ``user_expert`` (``sft.expert``) loaded and asked for one demonstration, or
+    the one-line error that a custom env has none. A problem is a :class:`~harmonyrl.envs.loader.UserCodeError`."""
+    if isinstance(env, CustomEnvConfig):
+        await require_env_ok(factory, functools.partial(make_factory, env, seed), env.factory)
+    if sft_steps == 0:
+        return
+    expert = expert_for(env, user_expert)
+    if user_expert is not None and (tasks := factory.tasks("train")):
+        expert(tasks[0], random.Random(seed))
+
+
+def expert_for(env: EnvConfig, user_expert: str | None = None) -> Expert:
+    """The expert whose demonstrations warm-start the policy: ``user_expert`` (``sft.expert``, a
+    ``MODULE:FN`` / ``FILE.py:FN`` target) if given, else the env's scripted, deliberately imperfect one with
+    the env's ``p_tool`` / ``p_verbose`` bound."""
+    if user_expert is not None:
+        return custom_expert(user_expert)
     match env:
         case CalculatorEnvConfig():
             from harmonyrl.tasks.calculator import expert_demo
@@ -105,5 +127,9 @@ def expert_for(env: EnvConfig) -> Expert:
         case BrowseEnvConfig():  # its demos must page through the same windows as the configured tools
             from harmonyrl.tasks.browse import expert_demo as browse_demo
 
-            return functools.partial(browse_demo, top_k=env.top_k, page_chars=env.page_chars)
-    return expert_demo
+            return functools.partial(
+                browse_demo, p_tool=env.p_tool, p_verbose=env.p_verbose, top_k=env.top_k, page_chars=env.page_chars
+            )
+        case CustomEnvConfig():  # checked before compute (check_before_compute), so it is said before the run
+            raise UserCodeError(NO_EXPERT)
+    return functools.partial(expert_demo, p_tool=env.p_tool, p_verbose=env.p_verbose)

@@ -22,8 +22,8 @@ async def export_expert_demos(config: RunConfig, path: Path) -> int:
     factory = make_factory(config)
     train = factory.tasks("train")
     tasks = train[: cfg.steps * cfg.batch_size] if cfg.steps > 0 else train
-    expert = expert_for(config.env)
-    episodes = await expert_episodes(factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed)
+    expert = expert_for(config.env, cfg.expert)
+    episodes = await expert_episodes(factory, expert, tasks, config.seed)
     lines = [
         DemoConversation.from_messages([*prefix, *demo], task.id).model_dump_json(exclude_none=True) + "\n"
         for task, (prefix, demo) in zip(tasks, episodes, strict=True)

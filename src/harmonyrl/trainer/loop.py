@@ -25,7 +25,7 @@ from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.rollout.store import step_path, write_step
-from harmonyrl.tasks.factory import expert_for
+from harmonyrl.tasks.factory import check_before_compute, expert_for
 from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
@@ -81,15 +81,13 @@ async def run_sft(
     """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``."""
     cfg = config.sft
     skipped = 0
-    if cfg.demos is not None:  # the user's demonstrations replace the scripted expert's
+    if cfg.demos is not None:  # the user's demonstrations replace the expert's
         demos, skipped = await demos_from_file(tok, factory, config, run_dir)
     else:
-        expert = expert_for(config.env)
+        expert = expert_for(config.env, cfg.expert)  # ``sft.expert``, else the env's scripted expert
         n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
         tasks = factory.tasks("train")[:n_demos]
-        demos = await build_demos(
-            tok, factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed
-        )
+        demos = await build_demos(tok, factory, expert, tasks, config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
@@ -122,6 +120,7 @@ async def train(config: RunConfig, console: Console, resume: bool = False, overw
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     try:
+        await check_before_compute(config.env, factory, config.seed, _expert_steps(config), config.sft.expert)
         held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
         run_dir, model, saved = open_run(config, tok, resume, overwrite)
         with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
@@ -274,6 +273,11 @@ async def _train_in(
     return result
 
 
+def _expert_steps(config: RunConfig) -> int:
+    """SFT steps an expert must serve (0 when ``sft.demos`` gives the demonstrations instead)."""
+    return 0 if config.sft.demos is not None else config.sft.steps
+
+
 def saved_eval(run_dir: Path) -> dict[str, float]:
     """The held-out evaluation before RL, as the run recorded it (step 0 of ``metrics.jsonl``)."""
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
@@ -304,6 +308,7 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
         return done
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
+    await check_before_compute(config.env, factory, config.seed, _expert_steps(config), config.sft.expert)
     run_dir, model, saved = open_run(config, tok, resume, overwrite)
     if saved is not None and saved.phase != "sft":
         raise CheckpointError(f"'{run_dir}' is past its warm start: continue it with harmonyrl train --resume")
@@ -328,6 +333,7 @@ async def eval_only(
     setup_process(config.seed, config.threads, config.adapts_threads)
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
+    await check_before_compute(config.env, factory, config.seed)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine(config, model)
     if announce is not None:

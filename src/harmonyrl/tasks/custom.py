@@ -1,0 +1,118 @@
+"""The user's own environment (``env.name=custom``) and expert (``sft.expert``), loaded from their code.
+
+Everything the user's code can get wrong is a one-line :class:`~harmonyrl.envs.loader.UserCodeError` naming
+the setting: a target that does not import, ``env.kwargs`` the factory does not take, an exception while it
+builds or demonstrates, an env that breaks the contract ``check_env`` checks, a demonstration of the wrong shape.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Mapping
+from typing import cast
+
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.checker import acheck_env, errors
+from harmonyrl.envs.loader import TargetError, UserCodeError, load_callable, where_in_user_code
+from harmonyrl.types import Message, Task
+
+Expert = Callable[[Task, random.Random], list[Message]]
+"""``expert(task, rng)`` → the assistant side of a demonstration (tool results included), as the built-in
+experts return it."""
+
+CHECK_TASKS = 3
+"""Train tasks the pre-run ``check_env`` drives (plus one test task): enough to catch a broken contract, fast."""
+
+
+def _load(target: str, setting: str) -> Callable[..., object]:
+    try:
+        return load_callable(target)
+    except TargetError as e:
+        raise UserCodeError(f"{setting} '{target}': {e}") from None
+    except Exception as e:  # the user's module raised while it was imported
+        raise UserCodeError(
+            f"{setting} '{target}': importing it raised {type(e).__name__}: {e}{where_in_user_code(e)}"
+        ) from None
+
+
+def _check_kwargs(make: Callable[..., object], kwargs: Mapping[str, object], setting: str) -> None:
+    """``env.kwargs`` that the factory does not take (or a required argument none gives): one line naming it."""
+    try:
+        signature = inspect.signature(make)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call itself will tell
+        return
+    try:
+        signature.bind(**kwargs)
+        return
+    except TypeError as e:
+        reason = str(e)
+    params = signature.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in kwargs if not takes_any and k not in named]
+    takes = f"it takes: {', '.join(named)}" if named else "it takes no keyword arguments"
+    if unknown:
+        raise UserCodeError(f"env.kwargs.{unknown[0]}: {setting} takes no argument '{unknown[0]}' ({takes})")
+    raise UserCodeError(f"{setting}: {reason} (give it as env.kwargs.NAME=VALUE; {takes})")
+
+
+def custom_factory(target: str, kwargs: Mapping[str, object]) -> EnvFactory:
+    """``target(**kwargs)``: the user's factory, built. Raises :class:`UserCodeError` (one line)."""
+    setting = f"env.factory '{target}'"
+    make = _load(target, "env.factory")
+    _check_kwargs(make, kwargs, setting)
+    try:
+        factory = make(**kwargs)
+    except Exception as e:
+        raise UserCodeError(f"{setting}: building it raised {type(e).__name__}: {e}{where_in_user_code(e)}") from None
+    return cast(EnvFactory, factory)  # its shape is what check_env checks
+
+
+async def require_env_ok(factory: EnvFactory, rebuild: Callable[[], EnvFactory], target: str) -> None:
+    """``check_env`` on a user's factory before a run computes anything: the first broken rule as one line
+    (``harmonyrl check-env`` lists them all). Warnings do not stop a run."""
+    found = errors(await acheck_env(factory, CHECK_TASKS, rebuild))
+    if found:
+        more = f" (and {len(found) - 1} more; `harmonyrl check-env` lists them all)" if len(found) > 1 else ""
+        raise UserCodeError(f"env.factory '{target}' fails check_env: {found[0]}{more}")
+
+
+def _demo_problem(demo: object) -> str | None:
+    """What makes ``demo`` unusable as a demonstration (None: nothing)."""
+    if not isinstance(demo, list):
+        return f"a {type(demo).__name__}, not a list of Messages"
+    if not demo:
+        return "an empty list"
+    if any(not isinstance(m, Message) for m in demo):
+        return "a list holding something other than harmonyrl.types.Message"
+    last = demo[-1]
+    if last.role != "assistant" or not (last.is_tool_call or last.channel == "final"):
+        return "a demonstration that does not end with a final answer or a tool call"
+    return None
+
+
+def custom_expert(target: str) -> Expert:
+    """The user's ``fn(task, rng) -> list[Message]``, wrapped so that an exception or a malformed demonstration
+    is one line naming ``sft.expert`` and the task."""
+    setting = f"sft.expert '{target}'"
+    fn = _load(target, "sft.expert")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError as e:
+        raise UserCodeError(f"{setting} must take (task, rng): {e}") from None
+    except ValueError:  # no signature to read: the call will tell
+        pass
+
+    def expert(task: Task, rng: random.Random) -> list[Message]:
+        try:
+            demo = fn(task, rng)
+        except Exception as e:
+            where = where_in_user_code(e)
+            raise UserCodeError(f"{setting} raised {type(e).__name__} on task '{task.id}': {e}{where}") from None
+        problem = _demo_problem(demo)
+        if problem is not None:
+            raise UserCodeError(f"{setting} returned {problem} for task '{task.id}'")
+        return cast(list[Message], demo)
+
+    return expert
