@@ -7,7 +7,7 @@ import asyncio
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from harmonyrl.envs.taskfile import TaskFileError
 from harmonyrl.errors import CheckpointError, KernelUnavailable, NoHeldOutTasks, NotDemonstrable
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
+
+if TYPE_CHECKING:  # torch behind it: imported inside the command
+    from harmonyrl.distributed.world import World
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     FileExistsError,
@@ -96,16 +99,46 @@ def _run_config(config: Path | None, overrides: list[str] | None, resume: Path |
 def train(
     config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
 ) -> None:
-    """SFT warm start, then RL on the environment, with held-out evaluation before and after."""
-    cfg = _run_config(config, overrides, resume, overwrite)
+    """SFT warm start, then RL on the environment, with held-out evaluation before and after.
+
+    Under ``torchrun --nproc_per_node N -m harmonyrl.cli train ...`` the learner is sharded over the N processes
+    (FSDP2, docs/distributed.md): rank 0 rolls out, evaluates and writes; the others only train."""
+    from harmonyrl.distributed.world import LaunchError, broadcast, join, leave
+
+    try:
+        world = join()  # a torchrun launch starts its process group here; else the single process
+    except LaunchError as e:
+        raise _fail(str(e)) from None
+    console.quiet = not world.is_main  # rank 0 alone talks; the others fail as it does, silently
+    try:
+        cfg = broadcast(_run_config(config, overrides, resume, overwrite), world)  # rank 0's default run name
+        from harmonyrl.trainer.learner import check_distributable
+
+        try:
+            check_distributable(cfg.rl, world)
+        except ValueError as e:
+            raise _fail(str(e)) from None
+        _train(cfg, resume is not None, overwrite, world)
+    finally:
+        leave(world)
+
+
+def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
+    """``train`` once its config is fixed: the run, with its failures turned into one line."""
+    from contextlib import nullcontext
+
     from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
+    from harmonyrl.trainer.ranks import RankZeroStopped
     from harmonyrl.trainer.run_errors import RunFolderError
     from harmonyrl.trainer.run_folder import discard_if_unstarted
 
+    run_dir = cfg.output_dir / str(cfg.run_name)
     try:
-        with discard_if_unstarted(cfg.output_dir / str(cfg.run_name)):
-            asyncio.run(run_train(cfg, console, resume=resume is not None, overwrite=overwrite))
+        with discard_if_unstarted(run_dir) if world.is_main else nullcontext():  # the folder is rank 0's
+            asyncio.run(run_train(cfg, console, resume=resume, overwrite=overwrite, world=world))
+    except RankZeroStopped:
+        raise typer.Exit(code=2) from None
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     except (RunFolderError, FaultBreakerTripped) as e:

@@ -132,6 +132,7 @@ def _forward(
     attention_mask: torch.Tensor,
     hidden: bool = False,
     routing: MoeRouting | None = None,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``[B, T, V]`` logits (and ``[B, T, H]`` last hidden states if ``hidden``); a prefix shared by all rows
     is run once (batch 1) and its keys/values broadcast to every row.
@@ -140,7 +141,8 @@ def _forward(
     through the broadcast (``expand``), as the per-row computation would. Falls back to one plain pass when
     the prefix is short or the model's cache is not the per-layer kind. Under ``routing`` (an entered
     :class:`MoeRouting`) each call names its part of the batch grid, and the shared prefix stops where the
-    rows' replayed routing stops agreeing.
+    rows' replayed routing stops agreeing. ``share_prefix=False`` always makes the one plain pass (under FSDP
+    every rank must call the model as often as the others, whatever its rows share).
     """
     b, t = input_ids.shape
     p = min(shared_prefix_len(input_ids, attention_mask), t - 1)
@@ -153,7 +155,7 @@ def _forward(
     def last_hidden(out: Any) -> torch.Tensor | None:
         return out.hidden_states[-1] if hidden else None
 
-    if b >= 2 and p >= MIN_SHARED_PREFIX:
+    if share_prefix and b >= 2 and p >= MIN_SHARED_PREFIX:
         with _window(routing, *head_win):
             head = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
         cache = output_cache(head)
@@ -193,6 +195,7 @@ def score(
     value_head: torch.nn.Module | None = None,
     keep_logits: bool = False,
     routing: MoeRouting | None = None,
+    share_prefix: bool = True,
 ) -> Scored:
     """Trainer log-probs of ``input_ids[:, 1:]`` given their prefixes (and values / logits if asked).
 
@@ -203,7 +206,7 @@ def score(
     ``routing``: a :class:`MoeRouting` over ``[B, T]`` to replay / record the MoE routing (entered here).
     """
     with nullcontext() if routing is None else routing:
-        logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing)
+        logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing, share_prefix)
     logits = logits[:, :-1]
     logp_all = F.log_softmax(logits.float(), dim=-1)
     logprobs = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)

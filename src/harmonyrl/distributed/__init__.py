@@ -1,0 +1,1 @@
+"""Scaling out: the trainer under torch.distributed (FSDP2) and workers placed elsewhere."""
