@@ -74,6 +74,18 @@ def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
         raise _fail(str(e)) from None
 
 
+def _one_process(command: str) -> None:
+    """Refuse a torchrun launch of a command that runs in one process (its N copies would write one folder)."""
+    from harmonyrl.distributed.world import LaunchError, launched_size
+
+    try:
+        size = launched_size()
+    except LaunchError as e:
+        raise _fail(str(e)) from None
+    if size > 1:
+        raise _fail(f"harmonyrl {command} runs in one process; under torchrun only `harmonyrl train` is sharded")
+
+
 ResumeOpt = Annotated[Path | None, typer.Option("--resume", help="Continue this run folder from its last checkpoint.")]
 OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="Replace an earlier run folder of the same name (deletes it).")
@@ -152,6 +164,7 @@ def sft(
     config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
 ) -> None:
     """Supervised warm start only; writes RUN/checkpoints/sft for `train model.init_from=...`."""
+    _one_process("sft")
     cfg = _run_config(config, overrides, resume, overwrite)
     from harmonyrl.trainer.loop import sft_only
     from harmonyrl.trainer.run_errors import RunFolderError
@@ -228,6 +241,7 @@ def compare_cmd(
     overrides: OverridesArg = None,
 ) -> None:
     """Run several RL algorithms on the same env, model, seeds and sample budget; write a table and a plot."""
+    _one_process("compare")
     cfg = _config(config, overrides)
     from harmonyrl.trainer.compare import compare, parse_algos
 
