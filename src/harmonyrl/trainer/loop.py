@@ -137,7 +137,10 @@ async def train(
     tok = HarmonyTokenizer.load_default()
     factory = make_factory(config)
     held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
-    run_dir, model, saved = open_run_on(world, config, tok, resume, overwrite)
+    if world.distributed:  # rank 0 opens the folder, the others follow (trainer/ranks.py)
+        run_dir, model, saved = open_run_on(world, config, tok, resume, overwrite)
+    else:
+        run_dir, model, saved = open_run(config, tok, resume, overwrite)
     if not world.is_main:  # only rank 0 writes to the run folder, error.log included
         return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved, world)
     with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
