@@ -7,7 +7,7 @@ import asyncio
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,6 +26,9 @@ from harmonyrl.errors import (
 )
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
+
+if TYPE_CHECKING:  # torch behind it: imported inside the command
+    from harmonyrl.distributed.world import World
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     FileExistsError,
@@ -85,6 +88,18 @@ def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
         raise _fail(str(e)) from None
 
 
+def _one_process(command: str) -> None:
+    """Refuse a torchrun launch of a command that runs in one process (its N copies would write one folder)."""
+    from harmonyrl.distributed.world import LaunchError, launched_size
+
+    try:
+        size = launched_size()
+    except LaunchError as e:
+        raise _fail(str(e)) from None
+    if size > 1:
+        raise _fail(f"harmonyrl {command} runs in one process; under torchrun only `harmonyrl train` is sharded")
+
+
 ResumeOpt = Annotated[Path | None, typer.Option("--resume", help="Continue this run folder from its last checkpoint.")]
 OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="Replace an earlier run folder of the same name (deletes it).")
@@ -110,16 +125,46 @@ def _run_config(config: Path | None, overrides: list[str] | None, resume: Path |
 def train(
     config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
 ) -> None:
-    """SFT warm start, then RL on the environment, with held-out evaluation before and after."""
-    cfg = _run_config(config, overrides, resume, overwrite)
+    """SFT warm start, then RL on the environment, with held-out evaluation before and after.
+
+    Under ``torchrun --nproc_per_node N -m harmonyrl.cli train ...`` the learner is sharded over the N processes
+    (FSDP2, docs/distributed.md): rank 0 rolls out, evaluates and writes; the others only train."""
+    from harmonyrl.distributed.world import LaunchError, broadcast, join, leave
+
+    try:
+        world = join()  # a torchrun launch starts its process group here; else the single process
+    except LaunchError as e:
+        raise _fail(str(e)) from None
+    console.quiet = not world.is_main  # rank 0 alone talks; the others fail as it does, silently
+    try:
+        cfg = broadcast(_run_config(config, overrides, resume, overwrite), world)  # rank 0's default run name
+        from harmonyrl.trainer.learner import check_distributable
+
+        try:
+            check_distributable(cfg.rl, world)
+        except ValueError as e:
+            raise _fail(str(e)) from None
+        _train(cfg, resume is not None, overwrite, world)
+    finally:
+        leave(world)
+
+
+def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
+    """``train`` once its config is fixed: the run, with its failures turned into one line."""
+    from contextlib import nullcontext
+
     from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
+    from harmonyrl.trainer.ranks import RankZeroStopped
     from harmonyrl.trainer.run_errors import RunFolderError
     from harmonyrl.trainer.run_folder import discard_if_unstarted
 
+    run_dir = cfg.output_dir / str(cfg.run_name)
     try:
-        with discard_if_unstarted(cfg.output_dir / str(cfg.run_name)):
-            asyncio.run(run_train(cfg, console, resume=resume is not None, overwrite=overwrite))
+        with discard_if_unstarted(run_dir) if world.is_main else nullcontext():  # the folder is rank 0's
+            asyncio.run(run_train(cfg, console, resume=resume, overwrite=overwrite, world=world))
+    except RankZeroStopped:
+        raise typer.Exit(code=2) from None
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     except (RunFolderError, FaultBreakerTripped) as e:
@@ -146,6 +191,7 @@ def sft(
     export_demos: ExportOpt = None,
 ) -> None:
     """Supervised warm start only; writes RUN/checkpoints/sft for `train model.init_from=...`."""
+    _one_process("sft")
     if export_demos is not None:
         return _export_demos(_config(config, overrides), export_demos)
     cfg = _run_config(config, overrides, resume, overwrite)
@@ -251,6 +297,7 @@ def compare_cmd(
     overrides: OverridesArg = None,
 ) -> None:
     """Run several RL algorithms on the same env, model, seeds and sample budget; write a table and a plot."""
+    _one_process("compare")
     cfg = _config(config, overrides)
     from harmonyrl.trainer.compare import compare, parse_algos
 

@@ -37,6 +37,18 @@ def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum(dim=-1).sum() / mask.sum().clamp(min=1.0)
 
 
+def aggregation_units(mask: torch.Tensor, mode: AggregationMode) -> torch.Tensor:
+    """What an aggregation averages over, as a scalar: masked tokens (``token-mean``) or sequences holding at
+    least one masked token (``seq-*`` modes). ``[B, T]`` mask → scalar.
+
+    This is the *global normaliser* of a batch that is split into parts (micro-batches, or the shards of a
+    distributed update): a part's :func:`aggregate_loss` weighted by ``aggregation_units(part) /
+    aggregation_units(whole)`` sums to the whole batch's loss. Example (hand-derived): mask rows
+    ``[1, 1, 0]``, ``[0, 0, 0]``, ``[1, 0, 0]`` → 3 tokens, 2 sequences.
+    """
+    return mask.sum() if mode == "token-mean" else mask.bool().any(-1).sum().to(mask.dtype)
+
+
 def aggregate_loss(
     per_token: torch.Tensor,
     mask: torch.Tensor,

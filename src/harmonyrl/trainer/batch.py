@@ -133,6 +133,7 @@ def _forward(
     hidden: bool = False,
     routing: MoeRouting | None = None,
     head: bool = True,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``[B, T, V]`` logits (and ``[B, T, H]`` last hidden states if ``hidden``); a prefix shared by all rows
     is run once (batch 1) and its keys/values broadcast to every row. ``head=False``: no logits at all (None),
@@ -142,7 +143,8 @@ def _forward(
     through the broadcast (``expand``), as the per-row computation would. Falls back to one plain pass when
     the prefix is short or the model's cache is not the per-layer kind. Under ``routing`` (an entered
     :class:`MoeRouting`) each call names its part of the batch grid, and the shared prefix stops where the
-    rows' replayed routing stops agreeing.
+    rows' replayed routing stops agreeing. ``share_prefix=False`` always makes the one plain pass (under FSDP
+    every rank must call the model as often as the others, whatever its rows share).
     """
     b, t = input_ids.shape
     p = min(shared_prefix_len(input_ids, attention_mask), t - 1)
@@ -157,7 +159,7 @@ def _forward(
     def last_hidden(out: Any) -> torch.Tensor | None:
         return out.hidden_states[-1] if hidden or not head else None
 
-    if b >= 2 and p >= MIN_SHARED_PREFIX:
+    if share_prefix and b >= 2 and p >= MIN_SHARED_PREFIX:
         with _window(routing, *head_win):
             first = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
         cache = output_cache(first)
@@ -208,6 +210,7 @@ def score(
     keep_logits: bool = False,
     routing: MoeRouting | None = None,
     needed: torch.Tensor | None = None,
+    share_prefix: bool = True,
 ) -> Scored:
     """Trainer log-probs of ``input_ids[:, 1:]`` given their prefixes (and values / logits if asked).
 
@@ -225,7 +228,9 @@ def score(
     head, vocab = _lm_head(model)
     chunked = not keep_logits and b * (t - 1) * vocab > LOGITS_BUDGET
     with nullcontext() if routing is None else routing:
-        logits, states = _forward(model, input_ids, attention_mask, value_head is not None, routing, not chunked)
+        logits, states = _forward(
+            model, input_ids, attention_mask, value_head is not None, routing, not chunked, share_prefix
+        )
     targets = input_ids[:, 1:]
     if logits is not None:
         logits = logits[:, :-1]

@@ -13,6 +13,12 @@ folder after each rename, so after a power cut the directory entries point at co
 **Data, not code.** ``trainer_state.pt`` holds only tensors and plain containers (dicts, lists, tuples,
 numbers, strings, bytes) and is read with ``torch.load(weights_only=True)`` (:func:`load_state`): a crafted
 file cannot execute anything, it is refused with a one-line :class:`~harmonyrl.errors.CheckpointError`.
+
+**Distributed.** Under torchrun (``world``) the model and optimizer shards go to ``NAME.tmp/sharded/`` with
+``torch.distributed.checkpoint`` (every rank writes its own files; a shared folder is assumed), and rank 0
+writes the rest as above: the HF-loadable ``model.safetensors`` + config (its plain model, which the caller has
+brought up to date), the trainer state (``optimizer`` None: it is in ``sharded/``) and the switch. Barriers
+keep the ranks in step: nobody writes before the folder is fresh, and nobody goes on before the switch.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from typing import Any
 
 import torch
 
+from harmonyrl.distributed.fsdp import SHARDED_DIR, save_sharded
+from harmonyrl.distributed.world import SINGLE, World, barrier
 from harmonyrl.errors import CheckpointError
 from harmonyrl.models.tiny_gpt_oss import save_model
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
@@ -47,6 +55,8 @@ def _fsync_tree(folder: Path) -> None:
     for child in folder.iterdir():
         if child.is_file():
             _fsync_path(child)
+        elif child.is_dir():
+            _fsync_tree(child)
     _fsync_path(folder)
 
 
@@ -81,22 +91,69 @@ def save_checkpoint(
     step: int,
     extra: dict[str, Any],
     files: CheckpointFiles | None = None,
+    sharded: torch.nn.Module | None = None,
+    world: World = SINGLE,
 ) -> Path:
     """Write ``path`` (a folder) atomically and durably: model safetensors + config, optimizer, RNG states,
     step, ``extra`` (tensors and plain containers only) and ``files`` (the run's tokenizer and config, see
-    :mod:`.checkpoint_files`) when given."""
+    :mod:`.checkpoint_files`) when given. Under torchrun (``world``), ``sharded`` is the trained module whose
+    shards, with ``optimizer``'s, go to ``sharded/`` (a collective: every rank calls this)."""
+    if world.distributed and sharded is not None and optimizer is not None:
+        return _save_distributed(path, model, optimizer, step, extra, files, sharded, world)
+    tmp = _fresh_tmp(path)
+    state = _trainer_state(step, optimizer.state_dict() if optimizer is not None else None, extra)
+    _write(tmp, model, files, state)
+    return _switch(tmp, path)
+
+
+def _save_distributed(
+    path: Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    extra: dict[str, Any],
+    files: CheckpointFiles | None,
+    sharded: torch.nn.Module,
+    world: World,
+) -> Path:
+    """:func:`save_checkpoint` under torchrun: every rank its DCP shard, rank 0 the rest and the switch."""
     tmp = path.with_name(path.name + ".tmp")
-    old = path.with_name(path.name + ".old")
+    if world.is_main:
+        _fresh_tmp(path)
+    barrier(world)
+    try:
+        save_sharded(tmp / SHARDED_DIR, sharded, optimizer)
+    except BaseException as e:
+        raise _as_os_error(e, tmp) from e
+    barrier(world)  # every shard is on disk before rank 0 seals the folder
+    if world.is_main:
+        _write(tmp, model, files, _trainer_state(step, None, {"sharded": True, **extra}))
+        _switch(tmp, path)
+    barrier(world)
+    return path
+
+
+def _fresh_tmp(path: Path) -> Path:
+    """An empty ``NAME.tmp`` beside ``path`` (a stray one from a crash is removed)."""
+    tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    state = {
+    return tmp
+
+
+def _trainer_state(step: int, optimizer: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
+    return {
         "step": step,
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "optimizer": optimizer,
         "rng_torch": torch.get_rng_state(),
         "rng_python": random.getstate(),
         **extra,
     }
+
+
+def _write(tmp: Path, model: Any, files: CheckpointFiles | None, state: dict[str, Any]) -> None:
+    """Model, run files and trainer state into ``tmp``, all fsynced; on failure ``tmp`` is removed."""
     try:
         save_model(model, tmp)
         if files is not None:
@@ -107,6 +164,11 @@ def save_checkpoint(
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)  # on a full disk, the half-written copy holds the space a retry needs
         raise _as_os_error(e, tmp) from e
+
+
+def _switch(tmp: Path, path: Path) -> Path:
+    """Replace ``path`` by the complete ``tmp`` with two renames (see the module docstring)."""
+    old = path.with_name(path.name + ".old")
     if path.exists():
         if old.exists():  # left by a crash after the switch, before its removal: ``path`` is the newer one
             shutil.rmtree(old)

@@ -3,6 +3,11 @@
 It owns the optimizer, the optional value head (critic estimators), the reference model (KL and its
 metric) and the replay buffer (the off-policy soft-Q row), and dispatches on the typed loss choice:
 on-policy PPO-family updates in :mod:`harmonyrl.trainer.rl`, soft Q-learning in :mod:`harmonyrl.trainer.soft_q_learner`.
+
+Under torchrun (``world``) the learner trains a sharded copy of the run's model (FSDP2, see
+:mod:`harmonyrl.distributed.fsdp`; the reference model is sharded too), and :meth:`Learner.sync` gathers its
+weights back into rank 0's plain model for the engine and the checkpoints. Critic estimators and soft Q-learning
+run in one process only (:func:`check_distributable`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config import RLConfig
+from harmonyrl.distributed.fsdp import copy_into, sharded_copy
+from harmonyrl.distributed.world import SINGLE, World
 from harmonyrl.trainer.critic import ValueHead
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
+from harmonyrl.trainer.resume import Progress, load_optimizer
 from harmonyrl.trainer.rl import prepare, rl_update
 from harmonyrl.trainer.soft_q_learner import SoftQState, soft_q_update
 from harmonyrl.trainer.update_result import UpdateResult
@@ -36,18 +44,41 @@ class Learner:
     """Constant of the ``seq-mean-token-sum-norm`` aggregation: the episode's token budget."""
     value_head: ValueHead | None = None
     soft_q: SoftQState | None = None
+    world: World = SINGLE
+    """The torchrun launch this learner trains in (:data:`SINGLE`: one process, nothing sharded)."""
 
     @staticmethod
-    def create(cfg: RLConfig, model: GptOssForCausalLM, pad_id: int, norm: float, seed: int) -> Learner:
-        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it."""
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+    def create(
+        cfg: RLConfig, model: GptOssForCausalLM, pad_id: int, norm: float, seed: int, world: World = SINGLE
+    ) -> Learner:
+        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it. Under
+        torchrun both are sharded copies holding rank 0's weights."""
+        check_distributable(cfg, world)
+        ref_model = copy.deepcopy(model) if not world.distributed else sharded_copy(model, world)
+        ref_model.eval().requires_grad_(False)
         value_head = ValueHead(int(model.config.hidden_size)) if cfg.uses_critic else None
         soft_q = None
         if isinstance(cfg.loss, SoftQ):
             soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed))
-        learner = Learner(cfg, model, torch.optim.SGD([torch.zeros(1)]), ref_model, pad_id, norm, value_head, soft_q)
-        learner.optimizer = learner.optimizer_for(model)
+        trained = model if not world.distributed else sharded_copy(model, world)
+        optimizer = torch.optim.SGD([torch.zeros(1)])
+        learner = Learner(cfg, trained, optimizer, ref_model, pad_id, norm, value_head, soft_q, world)
+        learner.optimizer = learner.optimizer_for(trained)
         return learner
+
+    def resume(self, model: GptOssForCausalLM, saved: Progress) -> None:
+        """Continue from a saved RL step: ``model`` holds its weights (on rank 0), the checkpoint the optimizer
+        and the learner's extra state."""
+        self.model = model if not self.world.distributed else sharded_copy(model, self.world)
+        self.optimizer = self.optimizer_for(self.model)
+        load_optimizer(saved, model, self.model, self.optimizer, self.world)
+        self.load_extra_state(saved.state["learner"])
+
+    def sync(self, model: GptOssForCausalLM) -> None:
+        """Bring the run's plain ``model`` up to the trained weights (under torchrun: gathered onto rank 0; a
+        collective every rank calls). In one process the learner trains ``model`` itself: nothing to do."""
+        if self.model is not model:
+            copy_into(model, self.model, self.world)
 
     def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         """AdamW over ``model``'s parameters and the value head's (if any)."""
@@ -90,6 +121,18 @@ class Learner:
             masked = sum(t.failure is not None for t in trajectories)
             return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")
         result = rl_update(
-            self.model, self.optimizer, prepared, self.cfg, self.ref_model, self.value_head, norm=self.norm
+            self.model, self.optimizer, prepared, self.cfg, self.ref_model, self.value_head, self.norm, self.world
         )
         return replace(result, metrics=result.metrics | {"train/skipped": 0.0})
+
+
+def check_distributable(cfg: RLConfig, world: World) -> None:
+    """Refuse, in one line, what does not run sharded: soft Q-learning (its replay buffer and temperature are one
+    process's) and critic estimators (the value head is not sharded)."""
+    if not world.distributed:
+        return
+    if isinstance(cfg.loss, SoftQ):
+        raise ValueError("rl.loss.kind=soft_q runs in one process only: launch it without torchrun")
+    if cfg.uses_critic:
+        raise ValueError(f"rl.advantage.kind={cfg.advantage.kind} (a critic) runs in one process only: launch it "
+                         "without torchrun, or pick grpo, rloo or reinforce_pp")  # fmt: skip

@@ -2,6 +2,10 @@
 
 Every run writes to its own folder: ``config.yaml`` (resolved), ``metrics.jsonl``, ``checkpoints/`` and
 ``summary.json``.
+
+Under torchrun (``world``, docs/distributed.md) every rank runs this same function: rank 0 alone runs the
+engine, the rollouts and the evaluations and writes the folder and the console; each RL step's trajectories and
+the SFT demonstrations are broadcast from it, and every rank trains its shard of each batch.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from rich.console import Console
 from transformers import GptOssForCausalLM
 
 from harmonyrl.config import RunConfig
+from harmonyrl.distributed.fsdp import copy_into, sharded_copy
 from harmonyrl.distributed.ray_envs import close_env_pool, env_pool_metrics
+from harmonyrl.distributed.world import SINGLE, World, broadcast, share_cores
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.errors import CheckpointError
@@ -29,13 +35,14 @@ from harmonyrl.tasks.factory import check_before_compute, expert_for
 from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
 from harmonyrl.telemetry.progress import StepProgress
-from harmonyrl.telemetry.sinks import MetricsSink
+from harmonyrl.telemetry.sinks import MetricsSink, MultiSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.resume import Progress, save_progress
+from harmonyrl.trainer.ranks import open_run_on
+from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
     check_engine,
@@ -77,54 +84,73 @@ async def run_sft(
     progress: StepProgress,
     run_dir: Path | None = None,
     resume: Progress | None = None,
+    world: World = SINGLE,
 ) -> None:
-    """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``."""
+    """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``.
+    Under torchrun ``model`` stays plain: a sharded copy trains, and its weights are gathered back into rank 0's
+    ``model`` before each save and at the end."""
     cfg = config.sft
-    skipped = 0
-    if cfg.demos is not None:  # the user's demonstrations replace the expert's
-        demos, skipped = await demos_from_file(tok, factory, config, run_dir)
-    else:
-        expert = expert_for(config.env, cfg.expert)  # ``sft.expert``, else the env's scripted expert
-        n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
-        tasks = factory.tasks("train")[:n_demos]
-        demos = await build_demos(tok, factory, expert, tasks, config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    skipped, built = 0, None
+    if world.is_main:  # the other ranks get rank 0's demonstrations
+        if cfg.demos is not None:  # the user's demonstrations replace the expert's
+            built, skipped = await demos_from_file(tok, factory, config, run_dir)
+        else:
+            expert = expert_for(config.env, cfg.expert)  # ``sft.expert``, else the env's scripted expert
+            n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
+            tasks = factory.tasks("train")[:n_demos]
+            built = await build_demos(tok, factory, expert, tasks, config.seed)
+    demos = broadcast(built, world)
+    trainee = sharded_copy(model, world) if world.distributed else model
+    optimizer = torch.optim.AdamW(trainee.parameters(), lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
     if resume is not None:
-        optimizer.load_state_dict(resume.state["optimizer"])
+        load_optimizer(resume, model, trainee, optimizer, world)
         schedule.load_state_dict(resume.state["schedule"])
         first = resume.step
     files = CheckpointFiles(config, tok) if run_dir is not None else None  # built once, copied into each save
-    model.train()
+    trainee.train()
     progress.start("sft", cfg.steps, done=first)
     for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
         if step < first:
             continue
-        loss = sft_step(model, optimizer, batch, tok.special.endoftext)
+        loss = sft_step(trainee, optimizer, batch, tok.special.endoftext, world)
         schedule.step()
         counts = {"sft/demos_used": float(len(demos)), "sft/demos_skipped": float(skipped)} if step == 0 else {}
         sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0]), **counts}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            save_progress(run_dir, model, "sft", step + 1, optimizer, files, schedule=schedule.state_dict())
+            if trainee is not model:
+                copy_into(model, trainee, world)
+            save_progress(run_dir, model, "sft", step + 1, optimizer, files, sharded=trainee, world=world,
+                          schedule=schedule.state_dict())  # fmt: skip
+    if trainee is not model:
+        copy_into(model, trainee, world)
     progress.stop()
 
 
-async def train(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> TrainResult:
+async def train(
+    config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False, world: World = SINGLE
+) -> TrainResult:
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
-    earlier run folder of that name."""
+    earlier run folder of that name. ``world``: this process's rank in a torchrun launch."""
     t_start = time.perf_counter()
     setup_process(config.seed, config.threads, config.adapts_threads)
+    share_cores(world, config.threads)
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     try:
         await check_before_compute(config.env, factory, config.seed, _expert_steps(config), config.sft.expert)
         held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
-        run_dir, model, saved = open_run(config, tok, resume, overwrite)
+        if world.distributed:  # rank 0 opens the folder, the others follow (trainer/ranks.py)
+            run_dir, model, saved = open_run_on(world, config, tok, resume, overwrite)
+        else:
+            run_dir, model, saved = open_run(config, tok, resume, overwrite)
+        if not world.is_main:  # only rank 0 writes to the run folder, error.log included
+            return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved, world)
         with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
-            return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved)
+            return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved, world)
     finally:
         close_env_pool(factory)  # the Ray env workers (scale.ray), whatever happened; nothing otherwise
 
@@ -138,9 +164,10 @@ async def _train_in(
     run_dir: Path,
     model: GptOssForCausalLM,
     saved: Progress | None,
+    world: World = SINGLE,
 ) -> TrainResult:
     """``train`` once its run folder is open: everything that writes to it."""
-    sink = open_sinks(config, run_dir)
+    sink = open_sinks(config, run_dir) if world.is_main else MultiSink([])
     progress = StepProgress(console, config.telemetry.progress_every_s)
     files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
@@ -156,14 +183,18 @@ async def _train_in(
     if (plan := sft_plan(config)) is not None and not in_rl:
         console.print(plan, highlight=False, soft_wrap=True)
     if config.sft.steps > 0 and not in_rl:  # from model.init_from too, when sft.steps is given with it
-        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
-        save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, files)
+        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved, world)
+        if world.is_main:
+            save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, files)
 
     # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
-    engine, limits = await make_engine(config, model, run_dir)
-    held_out = held_out_eval(config, engine, factory, tok, limits)
-    before = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
+    engine = held_out = evaluated = None
+    if world.is_main:  # the engine is rank 0's alone: the other ranks never generate
+        engine, limits = await make_engine(config, model, run_dir)
+        held_out = held_out_eval(config, engine, factory, tok, limits)
+        evaluated = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
+    before = broadcast(evaluated, world)
     if not in_rl:
         sink.write(0, before, "eval")
     console.print(
@@ -173,12 +204,10 @@ async def _train_in(
 
     # 3. RL: rollouts with the current policy → the configured update → new weights to the engine
     start_model = rl_start_model(config, run_dir, tok) if in_rl else model
-    learner = Learner.create(config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed)
+    learner = Learner.create(config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed, world)
     first = 0
     if in_rl and saved is not None:  # continue with the saved weights, optimizer and learner state
-        learner.model, learner.optimizer = model, learner.optimizer_for(model)
-        learner.optimizer.load_state_dict(saved.state["optimizer"])
-        learner.load_extra_state(saved.state["learner"])
+        learner.resume(model, saved)
         first = saved.step
     skipped_in_a_row = 0
     breaker = FaultBreaker(r.fault_breaker)
@@ -199,33 +228,39 @@ async def _train_in(
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
-        engine_window = engine.metrics_window()
-        rollout = await run_episodes(
-            engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
-        )
-        tripped = breaker.observe(rollout.trajectories)
-        metrics = summarize_rollouts(rollout.trajectories) | time_split(rollout.trajectories)
-        metrics |= rollout.fault_metrics() | injected_metrics(step_factory) | env_pool_metrics(factory)
-        if config.telemetry.record_episodes:
-            append_episodes(run_dir / "rollouts" / "episodes.jsonl", rollout.trajectories, step + 1)
-        if config.telemetry.record_rollouts:
-            write_step(step_path(run_dir, step + 1), step + 1, rollout.trajectories)
+        rollout = engine_window = None
+        if engine is not None:  # rank 0; the other ranks get the episodes from it
+            engine_window = engine.metrics_window()
+            rollout = await run_episodes(
+                engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
+            )
+        trajectories = broadcast(None if rollout is None else rollout.trajectories, world)
+        tripped = breaker.observe(trajectories)
+        metrics = summarize_rollouts(trajectories) | time_split(trajectories)
+        metrics |= (rollout.fault_metrics() if rollout is not None else {}) | injected_metrics(step_factory)
+        metrics |= env_pool_metrics(factory)
+        if config.telemetry.record_episodes and world.is_main:
+            append_episodes(run_dir / "rollouts" / "episodes.jsonl", trajectories, step + 1)
+        if config.telemetry.record_rollouts and world.is_main:
+            write_step(step_path(run_dir, step + 1), step + 1, trajectories)
         t1 = time.perf_counter()
         metrics |= engine_window(t1 - t0) if engine_window is not None else {}
-        update = learner.update(rollout.trajectories)
+        update = learner.update(trajectories)
         metrics |= update.metrics
-        metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", rollout.trajectories)
+        metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", trajectories)
         if update.applied:
-            await engine.sync_weights(model.state_dict(), step + 1)
+            learner.sync(model)  # under torchrun: the trained shards gathered into rank 0's model
+            if engine is not None:
+                await engine.sync_weights(model.state_dict(), step + 1)
         t2 = time.perf_counter()
-        tokens = sum(t.num_sampled for t in rollout.trajectories)
+        tokens = sum(t.num_sampled for t in trajectories)
         metrics |= {
             "time/rollout_s": t1 - t0,
             "time/train_s": t2 - t1,
             "time/step_s": t2 - t0,
             "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
         }
-        if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps:
+        if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps and held_out:
             metrics |= await progress.during("eval", f"held-out at step {step + 1}", held_out())
         sink.write(step + 1, metrics, "rl")
         save_progress(
@@ -235,6 +270,8 @@ async def _train_in(
             step + 1,
             learner.optimizer,
             files,
+            sharded=learner.model,
+            world=world,
             learner=learner.extra_state(),
             faults=breaker.state(),
         )
@@ -249,7 +286,11 @@ async def _train_in(
     progress.stop()
     if (note := skipped_updates.summary()) is not None:
         console.print(f"[yellow]{note}[/]", soft_wrap=True)
-    save_checkpoint(run_dir / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {}, files)
+    final = run_dir / "checkpoints" / "final"
+    save_checkpoint(final, model, learner.optimizer, config.rl.steps, {}, files, learner.model, world)
+    if engine is None or held_out is None:  # not rank 0: the evaluation and the summary are rank 0's
+        return TrainResult(run_dir, before["eval/success"], float("nan"), before["eval_greedy/success"],
+                           float("nan"), (time.perf_counter() - t_start) / 60)  # fmt: skip
 
     # 4. held-out evaluation of the trained policy
     after = await progress.during("eval", "held-out after RL", held_out())

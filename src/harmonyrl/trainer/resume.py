@@ -14,6 +14,10 @@ checkpoint, and the engine's sampling does not depend on batch composition.
 :func:`plan_rewind` check the state and every tracked file (present, long enough, UTF-8 JSON lines up to the
 cut, the evaluation before RL recorded, the folder writable) and raise a one-line ``CheckpointError`` before
 :func:`rewind_files` truncates anything.
+
+**Across world sizes.** A checkpoint written under torchrun keeps the optimizer in ``sharded/`` (DCP), which
+:func:`load_optimizer` reshards to any world size, one process included; a single-process checkpoint's optimizer
+is scattered onto the shards of a torchrun resume. The weights are always read from ``model.safetensors``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from typing import Any, Literal
 
 import torch
 
+from harmonyrl.distributed.fsdp import SHARDED_DIR, load_full_optimizer, load_sharded
+from harmonyrl.distributed.world import SINGLE, World
 from harmonyrl.errors import CheckpointError
 from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
@@ -71,13 +77,43 @@ def save_progress(
     step: int,
     optimizer: torch.optim.Optimizer,
     files: CheckpointFiles | None = None,
+    *,
+    sharded: torch.nn.Module | None = None,
+    world: World = SINGLE,
     **extra: Any,
 ) -> None:
-    """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``."""
-    for name in TRACKED_FILES:
-        _fsync(run_dir / name)
-    lines = {name: _lines(run_dir / name) for name in TRACKED_FILES}
-    save_checkpoint(last_dir(run_dir), model, optimizer, step, {"phase": phase, "lines": lines, **extra}, files)
+    """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``.
+
+    Under torchrun a collective: ``sharded`` is the trained module (see :func:`.checkpoint.save_checkpoint`);
+    only rank 0 counts the tracked files, which only it writes."""
+    lines: dict[str, int] = {}
+    if world.is_main:
+        for name in TRACKED_FILES:
+            _fsync(run_dir / name)
+        lines = {name: _lines(run_dir / name) for name in TRACKED_FILES}
+    extra = {"phase": phase, "lines": lines, **extra}
+    save_checkpoint(last_dir(run_dir), model, optimizer, step, extra, files, sharded, world)
+
+
+def load_optimizer(
+    saved: Progress,
+    plain: torch.nn.Module,
+    trained: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    world: World = SINGLE,
+) -> None:
+    """Restore ``optimizer`` (over ``trained``'s parameters) from ``saved``: its DCP shards when a torchrun run
+    wrote it (resharded to this world size), else the single-process state — scattered onto the shards under
+    torchrun (``plain`` is the unsharded model it was saved for)."""
+    shards = saved.model_dir / SHARDED_DIR
+    if shards.is_dir():
+        load_sharded(shards, trained, optimizer)
+    elif saved.state["optimizer"] is None:
+        raise CheckpointError(f"'{saved.model_dir}' holds no optimizer state (neither {SHARDED_DIR}/ nor inline)")
+    elif world.distributed:
+        load_full_optimizer(plain, saved.state["optimizer"], trained, optimizer)
+    else:
+        optimizer.load_state_dict(saved.state["optimizer"])
 
 
 def load_progress(run_dir: Path) -> Progress | None:

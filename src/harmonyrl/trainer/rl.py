@@ -50,6 +50,7 @@ from harmonyrl.algorithms.kl import kl_estimate, kl_k3, kl_loss, kl_reward_penal
 from harmonyrl.algorithms.losses import (
     AggregationMode,
     PolicyLossOutput,
+    aggregation_units,
     entropy_bonus,
     gspo_loss,
     masked_token_mean,
@@ -58,7 +59,9 @@ from harmonyrl.algorithms.losses import (
 )
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
-from harmonyrl.models.moe_routing import MoeRouting
+from harmonyrl.distributed.fsdp import clip_grad_norm
+from harmonyrl.distributed.world import SINGLE, World, broadcast, max_all, most_rows, shard_rows, sum_all
+from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch, Scored, collate, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.routing_replay import TrainerRouting, join_routing, mb_routing, routing_metrics
@@ -147,11 +150,6 @@ def policy_loss(
     raise ValueError(f"loss kind '{cfg.loss.kind}' is not an on-policy loss; use trainer.soft_q")
 
 
-def _units(mask: torch.Tensor, agg: AggregationMode) -> torch.Tensor:
-    """What an aggregation averages over: tokens (token-mean) or non-empty sequences (seq-* modes)."""
-    return mask.sum() if agg == "token-mean" else mask.bool().any(-1).sum().to(mask.dtype)
-
-
 @torch.no_grad()
 def _no_grad_pass(
     model: torch.nn.Module, batch: Batch, value_head: torch.nn.Module | None = None, replay: bool = False
@@ -232,6 +230,8 @@ class _Pass:
     critic: torch.nn.Module | None
     norm: float | None
     needs_ref: bool
+    world: World = SINGLE
+    """Under torchrun: this rank trains its shard of each minibatch's rows (see ``_optimizer_step``)."""
 
 
 @dataclass
@@ -268,12 +268,18 @@ def rl_update(
     ref_model: torch.nn.Module | None,
     value_head: torch.nn.Module | None = None,
     norm: float | None = None,
+    world: World = SINGLE,
 ) -> UpdateResult:
     """Apply ``cfg.epochs × cfg.minibatches`` optimizer steps, or none if a guard trips (then everything is
     rolled back and the result is not ``applied``).
 
     ``value_head`` is required by critic estimators (its parameters must be in ``optimizer``); ``norm`` is the
     constant of ``seq-mean-token-sum-norm`` (the episode token budget).
+
+    Under torchrun (``world``) every rank holds the whole batch: the no-grad passes, advantages and loss
+    targets are computed over all of it (identically on every rank), and only the gradient passes are split:
+    each rank takes its rows of every minibatch, weighted by the minibatch's global normaliser, and FSDP sums
+    the gradients. The figures the guards read are summed (or maxed) over the ranks before they decide.
     """
     batch = prepared.batch
     # a guard checks each optimizer step before it is applied; only a later step's trip must undo earlier ones
@@ -281,7 +287,7 @@ def rl_update(
     snapshot = take_snapshot(model, value_head, optimizer) if planned > 1 else None
     model.eval()  # no dropout: old and new log-probs must come from the same function
     critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
-    old = old_policy(model, batch, cfg, critic)
+    old = old_policy(model, batch, cfg, critic, world)
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
@@ -292,16 +298,22 @@ def rl_update(
         assert old.routing is not None, "single_pass() is never chosen under R2"
         train_batch = replace(batch, routing=old.routing.used)
     tally = _Tally()
-    _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref), tally)
+    _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world), tally)
+    tally.clip, tally.value_loss = (float(x) for x in sum_all(torch.tensor([tally.clip, tally.value_loss]), world))
+    if old.single:  # each rank's pass filled in its rows (zeros elsewhere): the whole batch's, on every rank
+        sum_all(old.logp, world)
     if tally.tripped is not None and snapshot is not None:
         restore(snapshot, model, value_head, optimizer)
-    metrics = _metrics(model, prepared, cfg, ref_model, old, targets, tally, needs_ref)
+    metrics = _metrics(model, prepared, cfg, ref_model, old, targets, tally, needs_ref, world)
     return UpdateResult(metrics, None if tally.tripped is None else "guard")
 
 
-def old_policy(model: torch.nn.Module, batch: Batch, cfg: RLConfig, critic: torch.nn.Module | None) -> OldPolicy:
+def old_policy(
+    model: torch.nn.Module, batch: Batch, cfg: RLConfig, critic: torch.nn.Module | None, world: World = SINGLE
+) -> OldPolicy:
     """The old-policy pass: log-probs, values and routing before the update, from a no-grad pass, or left for
-    the update's own pass to fill in when it can be the same pass (:func:`single_pass`)."""
+    the update's own pass to fill in when it can be the same pass (:func:`single_pass`; under torchrun each
+    rank's pass fills in its rows, summed over the ranks after the update)."""
     if cfg.routing_replay == "r3" and batch.routing is None:
         raise ValueError("rl.routing_replay=r3 needs the engine's routing, but the trajectories carry none")
     if single_pass(cfg, batch.size, critic):
@@ -338,18 +350,28 @@ def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass
 def _optimizer_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, idx: torch.Tensor, tally: _Tally
 ) -> None:
-    """One minibatch (rows ``idx``): gradients over its micro-batches, clipping, the guards, then the step."""
+    """One minibatch (rows ``idx``): gradients over its micro-batches, clipping, the guards, then the step.
+
+    Under torchrun this rank takes its shard of ``idx``; ``total``, the minibatch's global normaliser, counts
+    every rank's rows. Every rank runs the same number of forward/backward passes (FSDP's collectives pair
+    up), a rank short of rows running zero-weighted ones (``_idle_pass``)."""
     cfg = p.cfg
-    total = _units(p.targets.mask[idx], cfg.aggregation).clamp(min=1.0)
+    total = aggregation_units(p.targets.mask[idx], cfg.aggregation).clamp(min=1.0)
+    tokens = p.targets.mask[idx].sum().clamp(min=1.0)
     optimizer.zero_grad(set_to_none=True)
     step, row = _StepTally(), 0
-    for mb in micro_batches(p.batch.select(idx), MICRO_BATCH):
-        _micro_batch(model, p, mb, idx[row : row + mb.size], total, step, tally)
+    mine = idx[shard_rows(len(idx), p.world)]
+    parts = list(micro_batches(p.batch.select(mine), MICRO_BATCH)) if len(mine) else []
+    for mb in parts:
+        _micro_batch(model, p, mb, mine[row : row + mb.size], (total, tokens), step, tally)
         row += mb.size
+    for _ in range(-(-most_rows(len(idx), p.world) // MICRO_BATCH) - len(parts)):
+        _idle_pass(model, p, idx[:1])
+    _sum_over_ranks(step, p.world)
     if tally.first_dev is None:
         tally.first_dev = step.dev
     params = [q for g in optimizer.param_groups for q in g["params"]]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    grad_norm = clip_grad_norm(params, cfg.max_grad_norm)
     tally.norms.append(grad_norm)
     tally.loss += step.loss
     tally.entropy += step.entropy
@@ -365,15 +387,17 @@ def _micro_batch(
     p: _Pass,
     mb: Batch,
     rows: torch.Tensor,
-    total: torch.Tensor,
+    totals: tuple[torch.Tensor, torch.Tensor],
     step: _StepTally,
     tally: _Tally,
 ) -> None:
     """Forward, loss and backward of one micro-batch (batch rows ``rows``), weighted by its share of the
-    minibatch's units, and its contribution to the step's figures."""
+    minibatch's units, and its contribution to the step's figures. ``totals``: the minibatch's units (the
+    loss's global normaliser) and its tokens (the per-token figures': entropy, KL, clip fraction)."""
     w = mb.loss_mask.shape[1]
     mb_mask = p.targets.mask[rows, :w]
-    share = _units(mb_mask, p.cfg.aggregation) / total
+    share = aggregation_units(mb_mask, p.cfg.aggregation) / totals[0]
+    token_share = float(mb_mask.sum() / totals[1])
     scored = _forward(model, p, mb, rows, tally)
     out, loss, v_loss = _mb_loss(p, scored, rows, mb_mask)
     if v_loss is not None:
@@ -383,10 +407,27 @@ def _micro_batch(
     with torch.no_grad():
         if p.needs_ref:
             kl_now = kl_estimate(scored.logprobs, p.targets.ref_logp[rows, :w], "k3")
-            step.kl_live += float(masked_token_mean(kl_now, mb_mask)) * float(share)
-        step.entropy += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * float(share)
-    tally.clip += float(out.clip_fraction) * float(share)
+            step.kl_live += float(masked_token_mean(kl_now, mb_mask)) * token_share
+        step.entropy += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * token_share
+    tally.clip += float(out.clip_fraction) * token_share
     step.dev = max(step.dev, float(out.ratio_max_dev))
+
+
+def _idle_pass(model: torch.nn.Module, p: _Pass, rows: torch.Tensor) -> None:
+    """A zero-weighted forward/backward on ``rows``, for a rank with fewer micro-batches than the busiest:
+    its FSDP all-gathers and gradient reductions pair up with the other ranks' passes; it adds nothing."""
+    mb = next(micro_batches(p.batch.select(rows), MICRO_BATCH))
+    scored = score(model, mb.input_ids, mb.attention_mask, share_prefix=False)
+    (scored.logprobs.sum() * 0.0).backward()
+
+
+def _sum_over_ranks(step: _StepTally, world: World) -> None:
+    """The step's figures over the whole minibatch: each rank's share-weighted sums added, the deviation maxed."""
+    if not world.distributed:
+        return
+    summed = sum_all(torch.tensor([step.loss, step.kl_live, step.entropy], dtype=torch.float64), world)
+    step.loss, step.kl_live, step.entropy = (float(x) for x in summed)
+    step.dev = float(max_all(torch.tensor([step.dev], dtype=torch.float64), world))
 
 
 def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor, tally: _Tally) -> Scored:
@@ -397,7 +438,8 @@ def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor, ta
         routing = mb_routing(model, mb, False)
         tally.recorded.append(routing)
     scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=p.cfg.entropy_coef > 0,
-                   value_head=p.critic, routing=routing, needed=mb.loss_mask)  # fmt: skip
+                   value_head=p.critic, routing=routing, needed=mb.loss_mask,
+                   share_prefix=not p.world.distributed)  # fmt: skip
     if p.old.single:
         p.old.logp[rows, : mb.loss_mask.shape[1]] = scored.logprobs.detach()
     return scored
@@ -435,10 +477,11 @@ def _metrics(
     targets: LossTargets,
     tally: _Tally,
     needs_ref: bool,
+    world: World = SINGLE,
 ) -> dict[str, float]:
     """The update's metrics: mismatch, routing, KL to the reference, guards, and the loss terms' means."""
     batch = prepared.batch
-    routed = old.routing if old.routing is not None else join_routing(tally.recorded, batch.input_ids.shape[1])
+    routed = old.routing if old.routing is not None else _joined_routing(tally.recorded, batch, world)
     metrics = mismatch_metrics(old.logp, batch.sampler_logprobs, batch.loss_mask, targets.correction)
     metrics.update(routing_metrics(batch, routed, int(model.config.num_experts_per_tok)))
     metrics["train/kl_ref_k3"] = _kl_to_reference(batch, old.logp, targets.ref_logp, ref_model, needs_ref)
@@ -464,6 +507,28 @@ def _metrics(
     if needs_ref:
         metrics["train/kl_ref_live_k3"] = tally.kl_live
     return metrics
+
+
+def _joined_routing(parts: list[MoeRouting], batch: Batch, world: World) -> TrainerRouting:
+    """The single pass's per-micro-batch routing records over the whole batch. Under torchrun each rank recorded
+    its own rows (:func:`shard_rows`, contiguous): each places them in a batch-sized grid offset by the padding
+    value, the grids are summed over the ranks and the offset removed — exact, every cell comes from one rank."""
+    width = batch.input_ids.shape[1]
+    if not world.distributed:
+        return join_routing(parts, width)
+    mine = join_routing(parts, width) if parts else None
+    shapes = broadcast(None if mine is None else (tuple(mine.own.shape[2:]), tuple(mine.logits.shape[2:])), world)
+    rows = shard_rows(batch.size, world)
+
+    def whole(local: torch.Tensor | None, grid: tuple[int, ...], fill: float, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.zeros((batch.size, width, *grid), dtype=dtype)
+        if local is not None:
+            out[rows] = local - fill
+        return sum_all(out, world) + fill
+
+    own = whole(None if mine is None else mine.own, shapes[0], NOT_ROUTED, torch.long)
+    used = whole(None if mine is None else mine.used, shapes[0], NOT_ROUTED, torch.long)
+    return TrainerRouting(own, used, whole(None if mine is None else mine.logits, shapes[1], 0.0, torch.float32))
 
 
 def _kl_to_reference(

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from harmonyrl.config import SFTConfig
+from harmonyrl.distributed.fsdp import clip_grad_norm
+from harmonyrl.distributed.world import SINGLE, World, shard_rows, sum_all
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.errors import NotDemonstrable
 from harmonyrl.harmony.render import render_completion, render_prompt
@@ -94,17 +96,33 @@ def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     return f
 
 
-def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, demos: Sequence[Demo], pad_id: int) -> float:
-    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions)."""
+def sft_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    demos: Sequence[Demo],
+    pad_id: int,
+    world: World = SINGLE,
+) -> float:
+    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions); returns the
+    batch's loss.
+
+    Under torchrun every rank is given the whole batch and trains its rows of it (``model`` sharded with FSDP,
+    gradients summed): each rank's loss is divided by the whole batch's token count, so the summed gradient is
+    the one-process gradient. A rank with no rows runs a zero-weighted pass, as FSDP needs every rank's."""
     trajs = [Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos]
     batch = collate(trajs, pad_id)
-    scored = score(model, batch.input_ids, batch.attention_mask, needed=batch.loss_mask)
-    loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1.0)
+    total = batch.loss_mask.sum().clamp(min=1.0)  # the global normaliser: every rank's tokens
+    mine = shard_rows(batch.size, world)
+    part = batch if not world.distributed else batch.select(mine if len(mine) else torch.arange(1))
+    scored = score(
+        model, part.input_ids, part.attention_mask, needed=part.loss_mask, share_prefix=not world.distributed
+    )
+    loss = -(scored.logprobs * part.loss_mask).sum() / total * float(len(mine) > 0)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    clip_grad_norm(model.parameters(), 1.0)
     optimizer.step()
-    return float(loss.detach())
+    return float(sum_all(loss.detach().clone(), world))
 
 
 def sft_batches(demos: Sequence[Demo], cfg: SFTConfig, seed: int) -> list[list[Demo]]:
