@@ -21,6 +21,28 @@ from harmonyrl.algorithms.losses import AggregationMode
 from harmonyrl.frozen import Frozen
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "experts"]
+
+
+class LoraConfig(Frozen):
+    """LoRA adapters through peft (docs/memory.md): only they train; the engine and checkpoints get W + BA merged."""
+
+    r: int = Field(16, ge=1)
+    """Rank of each adapter's update BA."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale of the update: BA is multiplied by alpha / r."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input; SFT only (the RL update runs without dropout, invariant 4)."""
+    targets: tuple[LoraTarget, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj"), min_length=1)
+    """What gets adapters: the attention projections, and ``experts`` (the fused expert weights, through peft's
+    ``target_parameters``)."""
+
+    @model_validator(mode="after")
+    def _no_dropout_on_experts(self) -> LoraConfig:
+        if self.dropout > 0 and "experts" in self.targets:
+            raise ValueError("model.lora.dropout > 0 is not supported on 'experts' (peft's parameter targeting)")
+        return self
+
 
 class ModelConfig(Frozen):
     preset: Literal["nano", "micro", "small"] = "micro"
@@ -34,6 +56,15 @@ class ModelConfig(Frozen):
     sink-less one (reproduces the sampler/trainer mismatch; see ``harmonyrl.models.attention``)."""
     engine_sinks: bool = True
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
+    lora: LoraConfig | None = None
+    """LoRA adapters instead of full fine-tuning (null: full). Setting any key turns it on, e.g. ``model.lora.r=16``
+    (``pip install 'harmonyrl[lora]'``)."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Trainer compute precision: bf16 runs the trainer's forward and backward under autocast; the weights and the
+    optimizer stay fp32."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass instead of storing them (less memory, ~1/3 more
+    compute; the trainer's shared-prompt pass is then off)."""
 
     @field_validator("init_from")
     @classmethod
@@ -197,6 +228,9 @@ class RunConfig(Frozen):
     """Resize the thread team to the free cores as the machine's load changes (a shared CPU: ~2x instead of up to
     15x slower beside other jobs, docs/contention.md). Off by default: a run's numbers then depend on the load
     (the SFT/RL numerics differ with the team size), so it is no longer bit-reproducible. Ignored if threads > 0."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the trainer and the embedded engine's torch decode run: auto is cuda when torch sees a GPU, else cpu
+    (the compiled C decode step is CPU only: engine_kernel=native needs cpu)."""
     model: ModelConfig = ModelConfig()
     env: EnvConfig = CalculatorEnvConfig()
     sft: SFTConfig = SFTConfig()
@@ -219,6 +253,12 @@ class RunConfig(Frozen):
         if sft is None or (isinstance(sft, dict) and "steps" not in sft):
             return data | {"sft": {**(sft or {}), "steps": 0}}
         return data
+
+    @model_validator(mode="after")
+    def _native_needs_cpu(self) -> RunConfig:
+        if self.device == "cuda" and self.rollout.engine_kernel == "native":
+            raise ValueError("rollout.engine_kernel=native runs on the CPU only; with device=cuda use torch or auto")
+        return self
 
     @model_validator(mode="after")
     def _hang_needs_budget(self) -> RunConfig:

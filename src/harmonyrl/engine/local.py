@@ -79,7 +79,10 @@ class LocalEngine:
         record_routing: bool = True,
         prefix_cache_mib: float = 256.0,
         kernel: KernelChoice = "auto",
+        device: torch.device | None = None,
     ) -> None:
+        """``device``: where the engine's copy of the model, its KV cache and its decode run (default: the
+        model's); the compiled C step (``kernel`` native) runs on the CPU only."""
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
         if not 0 <= prefix_cache_mib < float("inf"):
@@ -88,9 +91,14 @@ class LocalEngine:
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
         # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
-        self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)  # type: ignore[arg-type]
+        self.device = device if device is not None else model.lm_head.weight.device
+        if kernel == "native" and self.device.type != "cpu":
+            raise ValueError(f"kernel='native' is the compiled CPU step; the engine is on {self.device}")
+        private = copy.deepcopy(model).to(device=self.device, dtype=dtype)  # type: ignore[arg-type]
+        self._model = private.eval().requires_grad_(False)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
-        self._native = NativeDecode(self._fwd) if use_native(kernel, model.config, dtype) else None
+        on_cpu = self.device.type == "cpu"
+        self._native = NativeDecode(self._fwd) if on_cpu and use_native(kernel, model.config, dtype) else None
         """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
         """Experts chosen per position (:mod:`harmonyrl.engine.routing_capture`), returned as ``Generation.routing``."""

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.compat import cache_kwarg, output_cache
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.types import Trajectory
@@ -153,7 +154,8 @@ def _forward(
     def last_hidden(out: Any) -> torch.Tensor | None:
         return out.hidden_states[-1] if hidden else None
 
-    if b >= 2 and p >= MIN_SHARED_PREFIX:
+    # a checkpointed layer keeps no KV cache (transformers drops it), so the prefix could not be shared
+    if b >= 2 and p >= MIN_SHARED_PREFIX and not grad_checkpointing.active(model):
         with _window(routing, *head_win):
             head = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
         cache = output_cache(head)

@@ -17,7 +17,9 @@ from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config import RLConfig
+from harmonyrl.models.lora import has_lora, merged_model
 from harmonyrl.trainer.critic import ValueHead
+from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.rl import prepare, rl_update
 from harmonyrl.trainer.soft_q_learner import SoftQState, soft_q_update
@@ -36,23 +38,31 @@ class Learner:
     """Constant of the ``seq-mean-token-sum-norm`` aggregation: the episode's token budget."""
     value_head: ValueHead | None = None
     soft_q: SoftQState | None = None
+    precision: Precision = "fp32"
+    """The update's compute precision (bf16: autocast; weights and optimizer stay fp32)."""
 
     @staticmethod
-    def create(cfg: RLConfig, model: GptOssForCausalLM, pad_id: int, norm: float, seed: int) -> Learner:
-        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it."""
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-        value_head = ValueHead(int(model.config.hidden_size)) if cfg.uses_critic else None
+    def create(
+        cfg: RLConfig, model: GptOssForCausalLM, pad_id: int, norm: float, seed: int, precision: Precision = "fp32"
+    ) -> Learner:
+        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it (with LoRA: a
+        plain model holding its merged weights, as a resumed run reads them back from the SFT checkpoint)."""
+        ref_model = (merged_model(model) if has_lora(model) else copy.deepcopy(model)).eval().requires_grad_(False)
+        device = next(model.parameters()).device
+        value_head = ValueHead(int(model.config.hidden_size)).to(device) if cfg.uses_critic else None
         soft_q = None
         if isinstance(cfg.loss, SoftQ):
             soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed))
-        learner = Learner(cfg, model, torch.optim.SGD([torch.zeros(1)]), ref_model, pad_id, norm, value_head, soft_q)
+        placeholder = torch.optim.SGD([torch.zeros(1)])  # replaced below: optimizer_for reads the value head
+        learner = Learner(cfg, model, placeholder, ref_model, pad_id, norm, value_head, soft_q, precision)
         learner.optimizer = learner.optimizer_for(model)
         return learner
 
     def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """AdamW over ``model``'s parameters and the value head's (if any)."""
+        """AdamW over ``model``'s trainable parameters (with LoRA: the adapters only) and the value head's."""
         head = list(self.value_head.parameters()) if self.value_head is not None else []
-        return torch.optim.AdamW([*model.parameters(), *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
+        params = [p for p in model.parameters() if p.requires_grad]
+        return torch.optim.AdamW([*params, *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
 
     def extra_state(self) -> dict[str, Any]:
         """What a resume needs besides the model and the optimizer: value head, soft-Q temperature and replay."""
@@ -80,12 +90,17 @@ class Learner:
         """One RL step's update from this step's episodes. Its metrics log the skip reason too: ``train/skipped``
         is 1 when nothing was trainable (e.g. every group solved alike); ``guard/skipped`` when a stability guard
         rolled the update back."""
+        with autocast(self.precision, next(self.model.parameters()).device):
+            return self._update(trajectories)
+
+    def _update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
+        device = next(self.model.parameters()).device
         if self.soft_q is not None:
             assert self.value_head is not None
             return soft_q_update(
                 self.model, self.optimizer, self.value_head, self.soft_q, trajectories, self.cfg, self.pad_id
             )
-        prepared = prepare(trajectories, self.cfg, self.pad_id)
+        prepared = prepare(trajectories, self.cfg, self.pad_id, device)
         if prepared is None:  # still report the masked faults: the step's count must not depend on the update
             masked = sum(t.failure is not None for t in trajectories)
             return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")

@@ -20,6 +20,7 @@ from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.lora import merged_state_dict
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
@@ -82,7 +83,8 @@ async def run_sft(
     n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
     tasks = factory.tasks("train")[:n_demos]
     demos = await build_demos(tok, factory, lambda t, r: expert(t, r, cfg.p_tool, cfg.p_verbose), tasks, config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
     if resume is not None:
@@ -95,7 +97,7 @@ async def run_sft(
     for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
         if step < first:
             continue
-        loss = sft_step(model, optimizer, batch, tok.special.endoftext)
+        loss = sft_step(model, optimizer, batch, tok.special.endoftext, config.model.precision)
         schedule.step()
         sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0])}, "sft")
         progress.advance(f"loss {loss:.3f}")
@@ -162,7 +164,9 @@ async def _train_in(
 
     # 3. RL: rollouts with the current policy → the configured update → new weights to the engine
     start_model = rl_start_model(config, run_dir, tok) if in_rl else model
-    learner = Learner.create(config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed)
+    learner = Learner.create(
+        config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed, config.model.precision
+    )
     first = 0
     if in_rl and saved is not None:  # continue with the saved weights, optimizer and learner state
         learner.model, learner.optimizer = model, learner.optimizer_for(model)
@@ -205,7 +209,7 @@ async def _train_in(
         metrics |= update.metrics
         metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", rollout.trajectories)
         if update.applied:
-            engine.load_weights(model.state_dict())
+            engine.load_weights(merged_state_dict(model))  # with LoRA: W + BA under the base names
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in rollout.trajectories)
         metrics |= {

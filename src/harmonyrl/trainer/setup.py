@@ -20,13 +20,16 @@ from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.attention import set_kernel
+from harmonyrl.models.lora import ADAPTER_FILE, add_lora, load_adapters, merged_model
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.threads import configure as configure_threads
+from harmonyrl.trainer.device import resolve_device
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
 from harmonyrl.trainer.run_folder import clear_for_overwrite
@@ -110,12 +113,24 @@ def load_for(path: Path, tok: HarmonyTokenizer, max_seq_len: int | None = None) 
     return model
 
 
+def for_training(config: RunConfig, model: GptOssForCausalLM) -> GptOssForCausalLM:
+    """``model`` as the trainer runs it: the configured attention kernel, LoRA adapters (``model.lora``),
+    activation checkpointing, on the configured device."""
+    m = config.model
+    set_kernel(model, m.attention)
+    if m.lora is not None:
+        add_lora(model, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.targets)
+    if m.gradient_checkpointing:
+        grad_checkpointing.enable(model)
+    # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
+    return model.to(resolve_device(config.device))  # type: ignore[arg-type]
+
+
 def make_model(config: RunConfig, tok: HarmonyTokenizer) -> GptOssForCausalLM:
-    """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
+    """The trainer's model (fresh or from ``model.init_from``), ready to train (:func:`for_training`). With
+    LoRA this is also the frozen base of every checkpoint's adapters."""
     if config.model.init_from is not None:
-        model = load_for(config.model.init_from, tok, config.rollout.max_seq_len)
-        set_kernel(model, config.model.attention)
-        return model
+        return for_training(config, load_for(config.model.init_from, tok, config.rollout.max_seq_len))
     mcfg = build_config(
         config.model.preset,
         tok.vocab_size,
@@ -123,8 +138,24 @@ def make_model(config: RunConfig, tok: HarmonyTokenizer) -> GptOssForCausalLM:
         tok.special.return_,
         max_positions=max(1024, config.rollout.max_seq_len),
     )
-    model = build_model(mcfg, seed=config.seed)
-    set_kernel(model, config.model.attention)
+    return for_training(config, build_model(mcfg, seed=config.seed))
+
+
+def resume_model(config: RunConfig, tok: HarmonyTokenizer, folder: Path) -> GptOssForCausalLM:
+    """The model saved in the checkpoint ``folder``, ready to train. With LoRA: the base (:func:`make_model`,
+    deterministic) and the saved adapters, not the merged weights (training continues on the adapters)."""
+    if config.model.lora is None:
+        return for_training(config, load_for(folder, tok, config.rollout.max_seq_len))
+    from safetensors.torch import load_file
+
+    model = make_model(config, tok)
+    if not (folder / ADAPTER_FILE).is_file():
+        raise CheckpointError(f"cannot resume with model.lora: '{folder}' has no {ADAPTER_FILE}")
+    device = next(model.parameters()).device
+    try:
+        load_adapters(model, load_file(folder / ADAPTER_FILE, device=str(device)))
+    except ValueError as e:
+        raise CheckpointError(f"cannot resume from '{folder}': {e}") from e
     return model
 
 
@@ -150,22 +181,29 @@ def check_engine_kernel(config: RunConfig, model: GptOssForCausalLM) -> str:
     kernel, dtype = config.rollout.engine_kernel, _engine_dtype(config)
     if kernel == "torch":
         return "torch"
+    if (device := resolve_device(config.device)).type != "cpu":  # the C step is a CPU path
+        if kernel == "native":
+            raise ValueError(f"rollout.engine_kernel=native runs on the CPU only, but device={device.type}")
+        return f"torch (on {device.type})"
     if use_native(kernel, model.config, dtype):  # raises for ``native`` where it cannot run
         return f"native ({isa()})"
     return f"torch ({native_unsupported(model.config, dtype)})"
 
 
 def make_engine(config: RunConfig, model: GptOssForCausalLM) -> tuple[LocalEngine, EpisodeLimits]:
+    """The embedded engine, sampling from ``model``'s weights (merged, with LoRA) on the configured device."""
     r = config.rollout
     dtype = _engine_dtype(config)
+    device = resolve_device(config.device)
     engine = LocalEngine(
-        model,
+        merged_model(model),
         max_batch=r.max_batch,
         max_seq_len=r.max_seq_len,
         dtype=dtype,
         sinks=config.model.engine_sinks,
         prefix_cache_mib=r.prefix_cache_mib,
-        kernel=r.engine_kernel,
+        kernel=r.engine_kernel if device.type == "cpu" else "torch",
+        device=device,
     )
     return engine, EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
 
@@ -210,21 +248,21 @@ def open_run(
     check_sinks(config)
     saved = load_progress(run_dir)  # read and check everything first: a failed resume changes nothing
     cuts = plan_rewind(run_dir, saved)
-    model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok, config.rollout.max_seq_len)
+    model = make_model(config, tok) if saved is None else resume_model(config, tok, saved.model_dir)
     check_engine_kernel(config, model)
     rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None
-    set_kernel(model, config.model.attention)
     restore_rngs(saved.state)
     return run_dir, model, saved
 
 
 def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> GptOssForCausalLM:
-    """The policy as RL began (the reference model of a resumed run): the SFT checkpoint, else the start."""
+    """The policy as RL began (the reference model of a resumed run): the SFT checkpoint (merged weights, with
+    LoRA), else the start."""
     sft = run_dir / "checkpoints" / "sft"
     if (sft / "config.json").is_file():
         model = load_for(sft, tok)
         set_kernel(model, config.model.attention)
-        return model
+        return model.to(resolve_device(config.device))  # type: ignore[arg-type]
     return make_model(config, tok)

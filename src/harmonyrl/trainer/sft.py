@@ -20,6 +20,8 @@ from harmonyrl.harmony.render import render_completion, render_prompt
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import initial_messages, observation_ids
 from harmonyrl.trainer.batch import collate, score
+from harmonyrl.trainer.device import to_device
+from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.types import Message, Task, Trajectory
 
 DemoFn = Callable[[Task, random.Random], list[Message]]
@@ -85,15 +87,25 @@ def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     return f
 
 
-def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, demos: Sequence[Demo], pad_id: int) -> float:
-    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions)."""
+def sft_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    demos: Sequence[Demo],
+    pad_id: int,
+    precision: Precision = "fp32",
+) -> float:
+    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions), on the model's
+    device; ``precision`` bf16 runs the forward under autocast. Only trainable parameters (LoRA: the adapters)
+    are clipped and stepped."""
     trajs = [Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos]
-    batch = collate(trajs, pad_id)
-    scored = score(model, batch.input_ids, batch.attention_mask)
+    device = next(model.parameters()).device
+    batch = to_device(collate(trajs, pad_id), device)
+    with autocast(precision, device):
+        scored = score(model, batch.input_ids, batch.attention_mask)
     loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1.0)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     return float(loss.detach())
 
