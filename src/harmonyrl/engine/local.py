@@ -325,7 +325,7 @@ class LocalEngine:
                 entry = self._store_prefix(common)
                 for i in fresh:
                     found[i] = (common, entry)
-        slots = torch.tensor([r.slot for r in rows])
+        slots = torch.tensor([r.slot for r in rows], device=self.device)
         if self._routing is not None:
             self._routing.clear(slots)
         starts = [0 if hit is None else len(hit[0]) for hit in found]
@@ -339,20 +339,20 @@ class LocalEngine:
                 self._routing.load_prefix(entry.routing, slots[idx])
             self.stats.prefix_tokens_reused += len(prefix) * len(idx)
         self.stats.prompt_tokens += sum(len(r.prompt) for r in rows)
-        out = torch.empty(len(rows), self.vocab_size)
+        out = torch.empty(len(rows), self.vocab_size, device=self.device)
         for idx in prefill_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
             tails = [rows[i].prompt[starts[i] :] for i in idx]
-            padded = torch.zeros(len(idx), max(len(t) for t in tails), dtype=torch.long)
-            for j, tail in enumerate(tails):
-                padded[j, : len(tail)] = torch.tensor(tail)
-            lengths, group_starts = torch.tensor([len(t) for t in tails]), torch.tensor([starts[i] for i in idx])
-            out[torch.tensor(idx)] = self._fwd.prefill(padded, lengths, slots[idx], group_starts)
+            width = max(len(t) for t in tails)
+            padded = torch.tensor([t + [0] * (width - len(t)) for t in tails], dtype=torch.long, device=self.device)
+            lengths = torch.tensor([len(t) for t in tails], device=self.device)
+            group_starts = torch.tensor([starts[i] for i in idx], device=self.device)
+            out[torch.tensor(idx, device=self.device)] = self._fwd.prefill(padded, lengths, slots[idx], group_starts)
             if self._routing is not None:
                 self._routing.after_prefill(slots[idx], group_starts, padded.shape[1], lengths)
         return out
 
     def _store_prefix(self, prefix: tuple[int, ...]) -> CachedPrefix:
-        keys, values = self._fwd.prefix(torch.tensor(prefix))
+        keys, values = self._fwd.prefix(torch.tensor(prefix, device=self.device))
         routing = self._routing.after_prefix(len(prefix)) if self._routing is not None else None
         entry = CachedPrefix(keys, values, routing)
         self._prefixes.put(prefix, entry)
@@ -370,26 +370,27 @@ class LocalEngine:
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
         positions = [len(r.prompt) + len(r.tokens) - 1 for r in rows]
-        tokens, slots = torch.tensor([r.tokens[-1] for r in rows]), [r.slot for r in rows]
+        tokens, slots = torch.tensor([r.tokens[-1] for r in rows], device=self.device), [r.slot for r in rows]
         if self._native is not None:
-            pos_t, slot_t = torch.tensor(positions), torch.tensor(slots)
+            pos_t, slot_t = torch.tensor(positions), torch.tensor(slots)  # host: the C step is a CPU path
             logits, ids = self._native(tokens, pos_t, slot_t, record=self._routing is not None)
             if self._routing is not None and ids is not None:
                 self._routing.write_decode(slot_t, pos_t, ids)
             return logits
         logits = self._fwd.decode(tokens, positions, slots)
         if self._routing is not None:
-            self._routing.after_decode(torch.tensor(slots), torch.tensor(positions))
+            self._routing.after_decode(
+                torch.tensor(slots, device=self.device), torch.tensor(positions, device=self.device)
+            )
         return logits
 
-    @staticmethod
-    def _row_params(rows: list[_Request]) -> RowParams:
-        ps = [r.params for r in rows]
+    def _row_params(self, rows: list[_Request]) -> RowParams:
+        ps, on = [r.params for r in rows], self.device
         return RowParams(
-            temperature=torch.tensor([p.temperature for p in ps], dtype=torch.float32),
-            top_k=torch.tensor([p.top_k for p in ps], dtype=torch.int64),
-            top_p=torch.tensor([p.top_p for p in ps], dtype=torch.float32),
-            keys=torch.tensor([r.key for r in rows], dtype=torch.int64),
-            counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
+            temperature=torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=on),
+            top_k=torch.tensor([p.top_k for p in ps], dtype=torch.int64, device=on),
+            top_p=torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=on),
+            keys=torch.tensor([r.key for r in rows], dtype=torch.int64, device=on),
+            counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64, device=on),
             filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
         )

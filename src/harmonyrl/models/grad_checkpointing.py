@@ -1,5 +1,5 @@
 """Activation checkpointing for the trainer's GptOss: each decoder layer's activations are recomputed in the
-backward pass instead of stored (transformers' ``gradient_checkpointing_enable``, non-reentrant).
+backward pass instead of stored (transformers' ``activation_checkpointing_enable``, non-reentrant).
 
 transformers checkpoints a layer only in training mode, while the RL update runs the model in eval mode so that
 old and new log-probs come from one function (no dropout). :func:`eval_mode` gives both: every module in eval
@@ -15,7 +15,11 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 def enable(model: PreTrainedModel) -> None:
     """Recompute each decoder layer in the backward pass (non-reentrant: exact gradients, no input hooks)."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24 (the old name warns)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def _layers(model: torch.nn.Module) -> list[GradientCheckpointingLayer]:

@@ -33,11 +33,14 @@ def _peft() -> Any:
     return peft
 
 
-def add_lora(model: GptOssForCausalLM, r: int, alpha: float, dropout: float, targets: Sequence[str]) -> None:
+def add_lora(
+    model: GptOssForCausalLM, r: int, alpha: float, dropout: float, targets: Sequence[str], seed: int = 0
+) -> None:
     """Inject LoRA adapters into ``model`` in place and freeze every other parameter.
 
     ``targets``: names among :data:`ATTENTION_TARGETS` and ``experts``. The adapters' B starts at zero, so the
-    model's function is unchanged until it trains.
+    model's function is unchanged until it trains; A's random init is a function of ``seed`` (not of the global
+    RNG's state).
     """
     peft = _peft()
     modules = [t for t in targets if t in ATTENTION_TARGETS]
@@ -45,7 +48,9 @@ def add_lora(model: GptOssForCausalLM, r: int, alpha: float, dropout: float, tar
     config = peft.LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=modules or None, target_parameters=params or None
     )
-    peft.inject_adapter_in_model(config, model, adapter_name=ADAPTER)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft.inject_adapter_in_model(config, model, adapter_name=ADAPTER)
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
 

@@ -119,7 +119,7 @@ def for_training(config: RunConfig, model: GptOssForCausalLM) -> GptOssForCausal
     m = config.model
     set_kernel(model, m.attention)
     if m.lora is not None:
-        add_lora(model, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.targets)
+        add_lora(model, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.targets, seed=config.seed)
     if m.gradient_checkpointing:
         grad_checkpointing.enable(model)
     # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
