@@ -94,7 +94,9 @@ class LocalEngine:
         self.device = device if device is not None else model.lm_head.weight.device
         if kernel == "native" and self.device.type != "cpu":
             raise ValueError(f"kernel='native' is the compiled CPU step; the engine is on {self.device}")
-        private = copy.deepcopy(model).to(device=self.device, dtype=dtype)  # type: ignore[arg-type]
+        private = copy.deepcopy(model)
+        # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
+        torch.nn.Module.to(private, device=self.device, dtype=dtype)  # in place
         self._model = private.eval().requires_grad_(False)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
         on_cpu = self.device.type == "cpu"

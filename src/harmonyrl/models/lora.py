@@ -72,7 +72,8 @@ def _deltas(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     for name, module in model.named_modules():
         if isinstance(module, LoraLayer) and ADAPTER in module.lora_A:
             param = getattr(module, "parameter_name", None) or "weight"  # ParamWrapper names its 3-D parameter
-            out[f"{_base_name(name)}.{param}"] = module.get_delta_weight(ADAPTER)
+            # each LoRA layer kind (Linear, ParamWrapper) defines get_delta_weight; the base class does not
+            out[f"{_base_name(name)}.{param}"] = module.get_delta_weight(ADAPTER)  # type: ignore[attr-defined]
     return out
 
 
@@ -116,6 +117,7 @@ def merged_model(model: GptOssForCausalLM) -> GptOssForCausalLM:
     with no_init_weights():  # every weight is overwritten below: skip the random initialisation
         plain = GptOssForCausalLM(model.config)
     first = next(model.parameters())
-    plain.to(device=first.device, dtype=first.dtype)
+    torch.nn.Module.to(plain, device=first.device, dtype=first.dtype)  # in place (PreTrainedModel.to types unbound)
     plain.load_state_dict(merged_state_dict(model), strict=True)
-    return plain.train(model.training)
+    plain.train(model.training)
+    return plain

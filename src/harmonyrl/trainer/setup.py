@@ -123,7 +123,8 @@ def for_training(config: RunConfig, model: GptOssForCausalLM) -> GptOssForCausal
     if m.gradient_checkpointing:
         grad_checkpointing.enable(model)
     # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
-    return model.to(resolve_device(config.device))  # type: ignore[arg-type]
+    torch.nn.Module.to(model, resolve_device(config.device))  # in place
+    return model
 
 
 def make_model(config: RunConfig, tok: HarmonyTokenizer) -> GptOssForCausalLM:
@@ -264,5 +265,6 @@ def rl_start_model(config: RunConfig, run_dir: Path, tok: HarmonyTokenizer) -> G
     if (sft / "config.json").is_file():
         model = load_for(sft, tok)
         set_kernel(model, config.model.attention)
-        return model.to(resolve_device(config.device))  # type: ignore[arg-type]
+        torch.nn.Module.to(model, resolve_device(config.device))  # in place
+        return model
     return make_model(config, tok)
