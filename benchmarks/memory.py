@@ -2,8 +2,8 @@
 
 What is measured: the RL update exactly as a run makes it (``Learner.update``: GRPO, PPO-clip, one epoch, one
 minibatch) on the default ``micro`` model built for ``rollout.max_seq_len=2048``, with one batch of ``EPISODES``
-episodes of 2048 tokens each (a shared 256-token prompt, then 1792 sampled tokens; two groups with mixed rewards,
-so nothing is dropped). Three variants, same model, seed and batch:
+episodes of 2048 tokens each (a shared 256-token prompt, then 1792 sampled tokens; a group of two with one rewarded
+episode, so nothing is dropped). Three variants, same model, seed and batch:
 
 * ``full`` — every weight trains (AdamW state for all of them);
 * ``lora`` — ``model.lora`` r=16 on q/k/v/o and the experts; only the adapters train;
@@ -72,8 +72,10 @@ def _child(variant: str) -> dict[str, float]:
     for i in range(EPISODES):
         tail = tuple(torch.randint(0, tok.vocab_size, (SEQ - PROMPT,), generator=gen).tolist())
         mask = (0,) * PROMPT + (1,) * (SEQ - PROMPT)
-        trajs.append(Trajectory(f"t{i % 2}", i % 2, prompt + tail, mask, (-7.0,) * SEQ, float(i % 2 == i // 2 % 2),
-                                True, False, None, ()))  # fmt: skip
+        reward = float(i % 2)  # groups of two, one rewarded episode each: nothing is dropped
+        trajs.append(
+            Trajectory(f"t{i // 2}", i // 2, prompt + tail, mask, (-7.0,) * SEQ, reward, True, False, None, ())
+        )
     cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
     if cuda:
         torch.cuda.reset_peak_memory_stats()
