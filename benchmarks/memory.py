@@ -46,7 +46,7 @@ def _kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def _child(variant: str) -> dict[str, float]:
+def _child(variant: str, attention: str) -> dict[str, float]:
     """One variant in this (fresh) process: peak MiB and seconds of one update."""
     import torch
 
@@ -57,7 +57,7 @@ def _child(variant: str) -> dict[str, float]:
     from harmonyrl.types import Trajectory
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    overrides = [f"rollout.max_seq_len={SEQ}", "device=cpu"]
+    overrides = [f"rollout.max_seq_len={SEQ}", "device=cpu", f"model.attention={attention}"]
     if variant != "full":
         overrides += ["model.lora.r=16", "model.lora.targets=[q_proj,k_proj,v_proj,o_proj,experts]"]
     if variant == "lora_ckpt":
@@ -92,15 +92,18 @@ def _child(variant: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--attention", choices=("eager", "harmonyrl_sink_sdpa"), default="eager",
+                        help="the trainer's attention kernel (model.attention)")  # fmt: skip
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.child)))
+        print(json.dumps(_child(args.child, args.attention)))
         return
     rows = {}
     for variant in VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--child", variant], capture_output=True, text=True, check=True)
+        cmd = [sys.executable, __file__, "--child", variant, "--attention", args.attention]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows[variant] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"micro model, one RL update of {EPISODES} episodes x {SEQ} tokens (prompt {PROMPT}), fp32, eager attention")
+    print(f"micro model, one RL update of {EPISODES} episodes x {SEQ} tokens (prompt {PROMPT}), fp32, {args.attention}")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     print(f"{'variant':<10} {'trainable':>10} {'peak MiB':>9} {'step s':>7}")
     for variant, r in rows.items():

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, GptOssForCausalLM
 from harmonyrl.config import RLConfig, load_config
 from harmonyrl.engine.local import LocalEngine
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.lora import (
     ADAPTER_FILE,
     adapter_state_dict,
@@ -156,3 +157,15 @@ def test_without_peft_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     model = build_model(build_config("nano", VOCAB, 0, 1), seed=0)
     with pytest.raises(ImportError, match=r"pip install 'harmonyrl\[lora\]'"):
         add_lora(model, r=4, alpha=8.0, dropout=0.0, targets=("q_proj",))
+
+
+def test_the_merged_copy_keeps_the_trainers_attention_kernel() -> None:
+    # transformers' constructor refuses our registered kernel names: the copy is built eager, then switched
+    model = build_model(build_config("nano", VOCAB, 0, 1), seed=0)
+    set_kernel(model, "harmonyrl_sink_sdpa")
+    add_lora(model, r=4, alpha=8.0, dropout=0.0, targets=("q_proj", "experts"))
+    plain = merged_model(model)
+    assert plain.config._attn_implementation == "harmonyrl_sink_sdpa"
+    ids = torch.tensor([list(range(1, 40))])
+    with torch.no_grad():
+        torch.testing.assert_close(plain.eval()(input_ids=ids).logits, model.eval()(input_ids=ids).logits)

@@ -11,11 +11,14 @@ under the base names, which is what the engine samples from and what a checkpoin
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import GptOssForCausalLM
+
+from harmonyrl.models.attention import KERNELS, set_kernel
 
 ADAPTER = "default"
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -114,8 +117,13 @@ def merged_model(model: GptOssForCausalLM) -> GptOssForCausalLM:
         return model
     from transformers.initialization import no_init_weights
 
+    kernel = model.config._attn_implementation
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = "eager"  # the constructor checks the name; our own kernels are set after
     with no_init_weights():  # every weight is overwritten below: skip the random initialisation
-        plain = GptOssForCausalLM(model.config)
+        plain = GptOssForCausalLM(config)
+    if kernel in KERNELS:
+        set_kernel(plain, kernel)
     first = next(model.parameters())
     torch.nn.Module.to(plain, device=first.device, dtype=first.dtype)  # in place (PreTrainedModel.to types unbound)
     plain.load_state_dict(merged_state_dict(model), strict=True)
