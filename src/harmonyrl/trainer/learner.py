@@ -24,7 +24,9 @@ from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config import RLConfig
 from harmonyrl.distributed.fsdp import copy_into, sharded_copy
 from harmonyrl.distributed.world import SINGLE, World
+from harmonyrl.models.lora import has_lora, merged_model
 from harmonyrl.trainer.critic import ValueHead
+from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.resume import Progress, load_optimizer
 from harmonyrl.trainer.rl import prepare, rl_update
@@ -46,23 +48,38 @@ class Learner:
     soft_q: SoftQState | None = None
     world: World = SINGLE
     """The torchrun launch this learner trains in (:data:`SINGLE`: one process, nothing sharded)."""
+    precision: Precision = "fp32"
+    """The update's compute precision (bf16: autocast; weights and optimizer stay fp32)."""
 
     @staticmethod
     def create(
-        cfg: RLConfig, model: GptOssForCausalLM, pad_id: int, norm: float, seed: int, world: World = SINGLE
+        cfg: RLConfig,
+        model: GptOssForCausalLM,
+        pad_id: int,
+        norm: float,
+        seed: int,
+        world: World = SINGLE,
+        precision: Precision = "fp32",
     ) -> Learner:
-        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it. Under
+        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it (with LoRA: a
+        plain model holding its merged weights, as a resumed run reads them back from the SFT checkpoint). Under
         torchrun both are sharded copies holding rank 0's weights."""
         check_distributable(cfg, world)
-        ref_model = copy.deepcopy(model) if not world.distributed else sharded_copy(model, world)
+        if world.distributed and has_lora(model):
+            raise ValueError("model.lora runs in one process only (adapters are not sharded): launch it without torchrun")
+        if world.distributed:
+            ref_model = sharded_copy(model, world)
+        else:
+            ref_model = merged_model(model) if has_lora(model) else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
-        value_head = ValueHead(int(model.config.hidden_size)) if cfg.uses_critic else None
+        device = next(model.parameters()).device
+        value_head = ValueHead(int(model.config.hidden_size)).to(device) if cfg.uses_critic else None
         soft_q = None
         if isinstance(cfg.loss, SoftQ):
             soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed))
         trained = model if not world.distributed else sharded_copy(model, world)
-        optimizer = torch.optim.SGD([torch.zeros(1)])
-        learner = Learner(cfg, trained, optimizer, ref_model, pad_id, norm, value_head, soft_q, world)
+        placeholder = torch.optim.SGD([torch.zeros(1)])  # replaced below: optimizer_for reads the value head
+        learner = Learner(cfg, trained, placeholder, ref_model, pad_id, norm, value_head, soft_q, world, precision)
         learner.optimizer = learner.optimizer_for(trained)
         return learner
 
@@ -81,9 +98,10 @@ class Learner:
             copy_into(model, self.model, self.world)
 
     def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """AdamW over ``model``'s parameters and the value head's (if any)."""
+        """AdamW over ``model``'s trainable parameters (with LoRA: the adapters only) and the value head's."""
         head = list(self.value_head.parameters()) if self.value_head is not None else []
-        return torch.optim.AdamW([*model.parameters(), *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
+        params = [p for p in model.parameters() if p.requires_grad]
+        return torch.optim.AdamW([*params, *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
 
     def extra_state(self) -> dict[str, Any]:
         """What a resume needs besides the model and the optimizer: value head, soft-Q temperature and replay."""
@@ -111,12 +129,17 @@ class Learner:
         """One RL step's update from this step's episodes. Its metrics log the skip reason too: ``train/skipped``
         is 1 when nothing was trainable (e.g. every group solved alike); ``guard/skipped`` when a stability guard
         rolled the update back."""
+        with autocast(self.precision, next(self.model.parameters()).device):
+            return self._update(trajectories)
+
+    def _update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
+        device = next(self.model.parameters()).device
         if self.soft_q is not None:
             assert self.value_head is not None
             return soft_q_update(
                 self.model, self.optimizer, self.value_head, self.soft_q, trajectories, self.cfg, self.pad_id
             )
-        prepared = prepare(trajectories, self.cfg, self.pad_id)
+        prepared = prepare(trajectories, self.cfg, self.pad_id, device)
         if prepared is None:  # still report the masked faults: the step's count must not depend on the update
             masked = sum(t.failure is not None for t in trajectories)
             return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")

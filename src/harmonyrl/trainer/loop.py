@@ -27,6 +27,7 @@ from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.codecs import RunCodec, load_codec
+from harmonyrl.models.lora import merged_state_dict
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
@@ -101,7 +102,8 @@ async def run_sft(
             built = await build_demos(tok, factory, expert, tasks, config.seed)
     demos = broadcast(built, world)
     trainee = sharded_copy(model, world) if world.distributed else model
-    optimizer = torch.optim.AdamW(trainee.parameters(), lr=cfg.lr, weight_decay=0.0)
+    trainable = [p for p in trainee.parameters() if p.requires_grad]  # with LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps))
     first = 0
     if resume is not None:
@@ -114,7 +116,7 @@ async def run_sft(
     for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
         if step < first:
             continue
-        loss = sft_step(trainee, optimizer, batch, tok.special.endoftext, world)
+        loss = sft_step(trainee, optimizer, batch, tok.special.endoftext, world, config.model.precision)
         schedule.step()
         counts = {"sft/demos_used": float(len(demos)), "sft/demos_skipped": float(skipped)} if step == 0 else {}
         sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0]), **counts}, "sft")
@@ -204,7 +206,9 @@ async def _train_in(
 
     # 3. RL: rollouts with the current policy → the configured update → new weights to the engine
     start_model = rl_start_model(config, run_dir, tok) if in_rl else model
-    learner = Learner.create(config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed, world)
+    learner = Learner.create(
+        config.rl, start_model, tok.special.endoftext, float(r.max_seq_len), config.seed, world, config.model.precision
+    )
     first = 0
     if in_rl and saved is not None:  # continue with the saved weights, optimizer and learner state
         learner.resume(model, saved)
@@ -250,8 +254,8 @@ async def _train_in(
         metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", trajectories)
         if update.applied:
             learner.sync(model)  # under torchrun: the trained shards gathered into rank 0's model
-            if engine is not None:
-                await engine.sync_weights(model.state_dict(), step + 1)
+            if engine is not None:  # with LoRA: W + BA under the base names
+                await engine.sync_weights(merged_state_dict(model), step + 1)
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in trajectories)
         metrics |= {

@@ -61,8 +61,10 @@ from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.config import RLConfig
 from harmonyrl.distributed.fsdp import clip_grad_norm
 from harmonyrl.distributed.world import SINGLE, World, broadcast, max_all, most_rows, shard_rows, sum_all
+from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch, Scored, collate, micro_batches, score
+from harmonyrl.trainer.device import to_device
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.routing_replay import TrainerRouting, join_routing, mb_routing, routing_metrics
 from harmonyrl.trainer.update_result import UpdateResult
@@ -83,9 +85,12 @@ def is_group_relative(choice: Advantage) -> bool:
     return isinstance(choice, GRPO | RLOO) or (isinstance(choice, ReinforcePP) and choice.group_baseline)
 
 
-def prepare(trajectories: Sequence[Trajectory], cfg: RLConfig, pad_id: int) -> Prepared | None:
+def prepare(
+    trajectories: Sequence[Trajectory], cfg: RLConfig, pad_id: int, device: torch.device | None = None
+) -> Prepared | None:
     """Drop env failures (they never count as 0 in a group) and, for group-relative estimators, optionally
-    the zero-variance groups. Returns None when nothing trainable is left."""
+    the zero-variance groups; the batch on ``device`` (default: the CPU). Returns None when nothing trainable is
+    left."""
     ok = [t for t in trajectories if t.failure is None]
     n_failed = len(trajectories) - len(ok)
     kept = ok
@@ -96,7 +101,8 @@ def prepare(trajectories: Sequence[Trajectory], cfg: RLConfig, pad_id: int) -> P
         kept = [t for t in ok if len(by_group[t.group_id]) > 1]
     if not kept:
         return None
-    return Prepared(collate(kept, pad_id), len(ok) - len(kept), n_failed)
+    batch = collate(kept, pad_id)
+    return Prepared(batch if device is None else to_device(batch, device), len(ok) - len(kept), n_failed)
 
 
 def token_advantages(
@@ -285,7 +291,7 @@ def rl_update(
     # a guard checks each optimizer step before it is applied; only a later step's trip must undo earlier ones
     planned = cfg.epochs * min(cfg.minibatches, batch.size)
     snapshot = take_snapshot(model, value_head, optimizer) if planned > 1 else None
-    model.eval()  # no dropout: old and new log-probs must come from the same function
+    eval_mode(model)  # no dropout: old and new log-probs must come from the same function (checkpointing stays on)
     critic = value_head if isinstance(cfg.advantage, GAE | A2C) else None
     old = old_policy(model, batch, cfg, critic, world)
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
@@ -402,7 +408,8 @@ def _micro_batch(
     out, loss, v_loss = _mb_loss(p, scored, rows, mb_mask)
     if v_loss is not None:
         tally.value_loss += float(v_loss.detach()) * float(share)
-    (loss * share).backward()
+    with torch.autocast(loss.device.type, enabled=False):  # under bf16 autocast: the forward only
+        (loss * share).backward()
     step.loss += float(loss.detach()) * float(share)
     with torch.no_grad():
         if p.needs_ref:

@@ -25,13 +25,16 @@ from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
+from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.attention import set_kernel
+from harmonyrl.models.lora import ADAPTER_FILE, add_lora, load_adapters, merged_model
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.threads import configure as configure_threads
+from harmonyrl.trainer.device import resolve_device
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
 from harmonyrl.trainer.run_folder import clear_for_overwrite
@@ -120,12 +123,25 @@ def load_for(path: Path, tok: RunCodec, max_seq_len: int | None = None) -> GptOs
     return model
 
 
+def for_training(config: RunConfig, model: GptOssForCausalLM) -> GptOssForCausalLM:
+    """``model`` as the trainer runs it: the configured attention kernel, LoRA adapters (``model.lora``),
+    activation checkpointing, on the configured device."""
+    m = config.model
+    set_kernel(model, m.attention)
+    if m.lora is not None:
+        add_lora(model, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.targets, seed=config.seed)
+    if m.gradient_checkpointing:
+        grad_checkpointing.enable(model)
+    # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
+    torch.nn.Module.to(model, resolve_device(config.device))  # in place
+    return model
+
+
 def make_model(config: RunConfig, tok: RunCodec) -> GptOssForCausalLM:
-    """The trainer's model (fresh or from ``model.init_from``) with the configured attention kernel."""
+    """The trainer's model (fresh or from ``model.init_from``), ready to train (:func:`for_training`). With
+    LoRA this is also the frozen base of every checkpoint's adapters."""
     if config.model.init_from is not None:
-        model = load_for(config.model.init_from, tok, config.rollout.max_seq_len)
-        set_kernel(model, config.model.attention)
-        return model
+        return for_training(config, load_for(config.model.init_from, tok, config.rollout.max_seq_len))
     mcfg = build_config(
         config.model.preset,
         tok.vocab_size,
@@ -133,8 +149,24 @@ def make_model(config: RunConfig, tok: RunCodec) -> GptOssForCausalLM:
         tok.special.return_,
         max_positions=max(1024, config.rollout.max_seq_len),
     )
-    model = build_model(mcfg, seed=config.seed)
-    set_kernel(model, config.model.attention)
+    return for_training(config, build_model(mcfg, seed=config.seed))
+
+
+def resume_model(config: RunConfig, tok: RunCodec, folder: Path) -> GptOssForCausalLM:
+    """The model saved in the checkpoint ``folder``, ready to train. With LoRA: the base (:func:`make_model`,
+    deterministic) and the saved adapters, not the merged weights (training continues on the adapters)."""
+    if config.model.lora is None:
+        return for_training(config, load_for(folder, tok, config.rollout.max_seq_len))
+    from safetensors.torch import load_file
+
+    model = make_model(config, tok)
+    if not (folder / ADAPTER_FILE).is_file():
+        raise CheckpointError(f"cannot resume with model.lora: '{folder}' has no {ADAPTER_FILE}")
+    device = next(model.parameters()).device
+    try:
+        load_adapters(model, load_file(folder / ADAPTER_FILE, device=str(device)))
+    except ValueError as e:
+        raise CheckpointError(f"cannot resume from '{folder}': {e}") from e
     return model
 
 
@@ -160,6 +192,10 @@ def check_engine(config: RunConfig, model: GptOssForCausalLM) -> str:
     kernel, dtype = e.kernel, _local_dtype(e)
     if kernel == "torch":
         return "decode torch"
+    if (device := resolve_device(config.device)).type != "cpu":  # the C step is a CPU path
+        if kernel == "native":
+            raise ValueError(f"rollout.engine.kernel=native runs on the CPU only, but device={device.type}")
+        return f"decode torch (on {device.type})"
     if use_native(kernel, model.config, dtype):  # raises for ``native`` where it cannot run
         return f"decode native ({isa()})"
     return f"decode torch ({native_unsupported(model.config, dtype)})"
@@ -179,16 +215,18 @@ async def make_engine(
     if isinstance(e, VllmEngineConfig):
         sync_dir = Path(e.sync_dir) if e.sync_dir else (run_dir or Path(tempfile.mkdtemp())) / "vllm_weights"
         client = VllmEngine(e, int(model.config.vocab_size), r.max_seq_len, sync_dir)
-        await client.sync_weights(model.state_dict(), 0)
+        await client.sync_weights(merged_model(model).state_dict(), 0)
         return client, limits
+    device = resolve_device(config.device)
     engine = LocalEngine(
-        model,
+        merged_model(model),
         max_batch=e.max_batch,
         max_seq_len=r.max_seq_len,
         dtype=_local_dtype(e),
         sinks=config.model.engine_sinks,
         prefix_cache_mib=e.prefix_cache_mib,
-        kernel=e.kernel,
+        kernel=e.kernel if device.type == "cpu" else "torch",
+        device=device,
     )
     return engine, limits
 
@@ -233,21 +271,22 @@ def open_run(
     check_sinks(config)
     saved = load_progress(run_dir)  # read and check everything first: a failed resume changes nothing
     cuts = plan_rewind(run_dir, saved)
-    model = make_model(config, tok) if saved is None else load_for(saved.model_dir, tok, config.rollout.max_seq_len)
+    model = make_model(config, tok) if saved is None else resume_model(config, tok, saved.model_dir)
     check_engine(config, model)
     rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None
-    set_kernel(model, config.model.attention)
     restore_rngs(saved.state)
     return run_dir, model, saved
 
 
 def rl_start_model(config: RunConfig, run_dir: Path, tok: RunCodec) -> GptOssForCausalLM:
-    """The policy as RL began (the reference model of a resumed run): the SFT checkpoint, else the start."""
+    """The policy as RL began (the reference model of a resumed run): the SFT checkpoint (merged weights, with
+    LoRA), else the start."""
     sft = run_dir / "checkpoints" / "sft"
     if (sft / "config.json").is_file():
         model = load_for(sft, tok)
         set_kernel(model, config.model.attention)
+        torch.nn.Module.to(model, resolve_device(config.device))  # in place
         return model
     return make_model(config, tok)

@@ -22,6 +22,8 @@ from harmonyrl.harmony.render import render_completion, render_prompt
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import initial_messages, observation_ids
 from harmonyrl.trainer.batch import collate, score
+from harmonyrl.trainer.device import to_device
+from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.types import Message, Task, Trajectory
 
 DemoFn = Callable[[Task, random.Random], list[Message]]
@@ -102,25 +104,29 @@ def sft_step(
     demos: Sequence[Demo],
     pad_id: int,
     world: World = SINGLE,
+    precision: Precision = "fp32",
 ) -> float:
-    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions); returns the
-    batch's loss.
+    """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions), on the model's
+    device; returns the batch's loss. ``precision`` bf16 runs the forward under autocast. Only trainable
+    parameters (LoRA: the adapters) are clipped and stepped.
 
     Under torchrun every rank is given the whole batch and trains its rows of it (``model`` sharded with FSDP,
     gradients summed): each rank's loss is divided by the whole batch's token count, so the summed gradient is
     the one-process gradient. A rank with no rows runs a zero-weighted pass, as FSDP needs every rank's."""
     trajs = [Trajectory("demo", 0, d.ids, d.mask, (0.0,) * len(d.ids), 0.0, True, False, None, ()) for d in demos]
-    batch = collate(trajs, pad_id)
+    device = next(model.parameters()).device
+    batch = to_device(collate(trajs, pad_id), device)
     total = batch.loss_mask.sum().clamp(min=1.0)  # the global normaliser: every rank's tokens
     mine = shard_rows(batch.size, world)
     part = batch if not world.distributed else batch.select(mine if len(mine) else torch.arange(1))
-    scored = score(
-        model, part.input_ids, part.attention_mask, needed=part.loss_mask, share_prefix=not world.distributed
-    )
+    with autocast(precision, device):
+        scored = score(
+            model, part.input_ids, part.attention_mask, needed=part.loss_mask, share_prefix=not world.distributed
+        )
     loss = -(scored.logprobs * part.loss_mask).sum() / total * float(len(mine) > 0)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    clip_grad_norm(model.parameters(), 1.0)
+    clip_grad_norm([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     return float(sum_all(loss.detach().clone(), world))
 

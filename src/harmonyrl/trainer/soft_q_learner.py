@@ -33,7 +33,9 @@ from harmonyrl.algorithms.soft_q import (
     temperature_loss,
 )
 from harmonyrl.config import RLConfig
+from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.trainer.batch import collate, micro_batches, score
+from harmonyrl.trainer.device import to_device
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.update_result import UpdateResult
@@ -69,12 +71,13 @@ def soft_q_update(
     """Add this step's episodes to the buffer, then ``updates_per_step`` soft-Q updates on replayed batches
     (none when the buffer is empty; all rolled back when a guard trips)."""
     sq = state.cfg
+    device = next(model.parameters()).device
     state.replay.add(trajectories)
     fresh = [t for t in trajectories if t.failure is None]
     metrics: dict[str, float] = {"replay/size": float(len(state.replay)), "train/masked_failures": 0.0}
     metrics["train/masked_failures"] = float(len(trajectories) - len(fresh))
     if fresh:  # the sampler/trainer gap on the newest (on-policy) episodes, as for every learner
-        new = collate(fresh, pad_id)
+        new = to_device(collate(fresh, pad_id), device)
         with torch.no_grad():
             logp = torch.cat([_pad(score(model, mb.input_ids, mb.attention_mask).logprobs, new.loss_mask.shape[1])
                               for mb in micro_batches(new, MICRO_BATCH)])  # fmt: skip
@@ -85,9 +88,9 @@ def soft_q_update(
     snapshot = take_snapshot(model, value_head, optimizer) if sq.updates_per_step > 1 else None
     sums = {"loss": 0.0, "td": 0.0, "q": 0.0, "target": 0.0, "entropy": 0.0}
     norms, tripped = [], None
-    model.eval()
+    eval_mode(model)
     for _ in range(sq.updates_per_step):
-        batch = collate(state.replay.sample(min(sq.replay_batch, len(state.replay))), pad_id)
+        batch = to_device(collate(state.replay.sample(min(sq.replay_batch, len(state.replay))), pad_id), device)
         alpha = state.log_alpha.exp().detach()
         total = batch.loss_mask.sum().clamp(min=1.0)
         optimizer.zero_grad(set_to_none=True)

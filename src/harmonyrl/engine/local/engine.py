@@ -80,7 +80,10 @@ class LocalEngine:
         record_routing: bool = True,
         prefix_cache_mib: float = 256.0,
         kernel: KernelChoice = "auto",
+        device: torch.device | None = None,
     ) -> None:
+        """``device``: where the engine's copy of the model, its KV cache and its decode run (default: the
+        model's); the compiled C step (``kernel`` native) runs on the CPU only."""
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
         if not 0 <= prefix_cache_mib < float("inf"):
@@ -89,9 +92,16 @@ class LocalEngine:
         self.max_seq_len = max_seq_len
         self.vocab_size = int(model.config.vocab_size)
         # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
-        self._model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)  # type: ignore[arg-type]
+        self.device = device if device is not None else model.lm_head.weight.device
+        if kernel == "native" and self.device.type != "cpu":
+            raise ValueError(f"kernel='native' is the compiled CPU step; the engine is on {self.device}")
+        private = copy.deepcopy(model)
+        # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
+        torch.nn.Module.to(private, device=self.device, dtype=dtype)  # in place
+        self._model = private.eval().requires_grad_(False)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
-        self._native = NativeDecode(self._fwd) if use_native(kernel, model.config, dtype) else None
+        on_cpu = self.device.type == "cpu"
+        self._native = NativeDecode(self._fwd) if on_cpu and use_native(kernel, model.config, dtype) else None
         """The compiled decode step, or None: decode runs ``LeanForward.decode`` (eager torch)."""
         self._routing = EngineRouting(self._model, max_batch, max_seq_len) if record_routing else None
         """Experts chosen per position (:mod:`.routing_capture`), returned as ``Generation.routing``."""
@@ -330,7 +340,7 @@ class LocalEngine:
                 entry = self._store_prefix(common)
                 for i in fresh:
                     found[i] = (common, entry)
-        slots = torch.tensor([r.slot for r in rows])
+        slots = torch.tensor([r.slot for r in rows], device=self.device)
         if self._routing is not None:
             self._routing.clear(slots)
         starts = [0 if hit is None else len(hit[0]) for hit in found]
@@ -344,20 +354,20 @@ class LocalEngine:
                 self._routing.load_prefix(entry.routing, slots[idx])
             self.stats.prefix_tokens_reused += len(prefix) * len(idx)
         self.stats.prompt_tokens += sum(len(r.prompt) for r in rows)
-        out = torch.empty(len(rows), self.vocab_size)
+        out = torch.empty(len(rows), self.vocab_size, device=self.device)
         for idx in prefill_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
             tails = [rows[i].prompt[starts[i] :] for i in idx]
-            padded = torch.zeros(len(idx), max(len(t) for t in tails), dtype=torch.long)
-            for j, tail in enumerate(tails):
-                padded[j, : len(tail)] = torch.tensor(tail)
-            lengths, group_starts = torch.tensor([len(t) for t in tails]), torch.tensor([starts[i] for i in idx])
-            out[torch.tensor(idx)] = self._fwd.prefill(padded, lengths, slots[idx], group_starts)
+            width = max(len(t) for t in tails)
+            padded = torch.tensor([t + [0] * (width - len(t)) for t in tails], dtype=torch.long, device=self.device)
+            lengths = torch.tensor([len(t) for t in tails], device=self.device)
+            group_starts = torch.tensor([starts[i] for i in idx], device=self.device)
+            out[torch.tensor(idx, device=self.device)] = self._fwd.prefill(padded, lengths, slots[idx], group_starts)
             if self._routing is not None:
                 self._routing.after_prefill(slots[idx], group_starts, padded.shape[1], lengths)
         return out
 
     def _store_prefix(self, prefix: tuple[int, ...]) -> CachedPrefix:
-        keys, values = self._fwd.prefix(torch.tensor(prefix))
+        keys, values = self._fwd.prefix(torch.tensor(prefix, device=self.device))
         routing = self._routing.after_prefix(len(prefix)) if self._routing is not None else None
         entry = CachedPrefix(keys, values, routing)
         self._prefixes.put(prefix, entry)
@@ -375,26 +385,27 @@ class LocalEngine:
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1
         positions = [len(r.prompt) + len(r.tokens) - 1 for r in rows]
-        tokens, slots = torch.tensor([r.tokens[-1] for r in rows]), [r.slot for r in rows]
+        tokens, slots = torch.tensor([r.tokens[-1] for r in rows], device=self.device), [r.slot for r in rows]
         if self._native is not None:
-            pos_t, slot_t = torch.tensor(positions), torch.tensor(slots)
+            pos_t, slot_t = torch.tensor(positions), torch.tensor(slots)  # host: the C step is a CPU path
             logits, ids = self._native(tokens, pos_t, slot_t, record=self._routing is not None)
             if self._routing is not None and ids is not None:
                 self._routing.write_decode(slot_t, pos_t, ids)
             return logits
         logits = self._fwd.decode(tokens, positions, slots)
         if self._routing is not None:
-            self._routing.after_decode(torch.tensor(slots), torch.tensor(positions))
+            self._routing.after_decode(
+                torch.tensor(slots, device=self.device), torch.tensor(positions, device=self.device)
+            )
         return logits
 
-    @staticmethod
-    def _row_params(rows: list[_Request]) -> RowParams:
-        ps = [r.params for r in rows]
+    def _row_params(self, rows: list[_Request]) -> RowParams:
+        ps, on = [r.params for r in rows], self.device
         return RowParams(
-            temperature=torch.tensor([p.temperature for p in ps], dtype=torch.float32),
-            top_k=torch.tensor([p.top_k for p in ps], dtype=torch.int64),
-            top_p=torch.tensor([p.top_p for p in ps], dtype=torch.float32),
-            keys=torch.tensor([r.key for r in rows], dtype=torch.int64),
-            counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
+            temperature=torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=on),
+            top_k=torch.tensor([p.top_k for p in ps], dtype=torch.int64, device=on),
+            top_p=torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=on),
+            keys=torch.tensor([r.key for r in rows], dtype=torch.int64, device=on),
+            counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64, device=on),
             filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in ps),
         )

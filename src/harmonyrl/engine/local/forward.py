@@ -89,11 +89,18 @@ class KVCache:
     so masked stale entries contribute exactly 0 to attention)."""
 
     def __init__(
-        self, layers: int, slots: int, kv_heads: int, max_seq_len: int, head_dim: int, dtype: torch.dtype
+        self,
+        layers: int,
+        slots: int,
+        kv_heads: int,
+        max_seq_len: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | None = None,
     ) -> None:
         shape = (layers, slots, kv_heads, max_seq_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype)
-        self.v = torch.zeros(shape, dtype=dtype)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
 
 
 @dataclass(frozen=True)
@@ -133,12 +140,12 @@ class LeanForward:
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         self.window = int(cfg.sliding_window or max_seq_len)
-        dtype = model.lm_head.weight.dtype
-        self.cache = KVCache(len(self.layers), max_batch, self.kv_heads, max_seq_len, self.head_dim, dtype)
+        dtype, self.device = model.lm_head.weight.dtype, model.lm_head.weight.device
+        self.cache = KVCache(len(self.layers), max_batch, self.kv_heads, max_seq_len, self.head_dim, dtype, self.device)
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._arange = torch.arange(max_seq_len)
+        self._arange = torch.arange(max_seq_len, device=self.device)
         self._layers: list[_Layer] = []
-        self._final_norm: tuple[torch.Tensor, float] = (torch.empty(0), 0.0)
+        self._final_norm: tuple[torch.Tensor, float] = (torch.empty(0, device=self.device), 0.0)
         self.refresh()
 
     def refresh(self) -> None:
@@ -235,7 +242,7 @@ class LeanForward:
     def _prompt_masks(self, start: int, t: int, dtype: torch.dtype) -> dict[bool, torch.Tensor]:
         """Additive masks ``[1, 1, T, start + T]`` for queries at positions ``start .. start+T-1`` over keys
         ``0 .. start+T-1``, keyed by "is a sliding layer". Every row starts at the same position."""
-        q_idx, k_idx = torch.arange(start, start + t)[:, None], torch.arange(start + t)[None, :]
+        q_idx, k_idx = self._arange[start : start + t, None], self._arange[None, : start + t]
         causal = k_idx <= q_idx
         return {
             False: _additive(causal, dtype).view(1, 1, t, start + t),
@@ -259,10 +266,10 @@ class LeanForward:
         compute garbage that is never read.
         """
         n, t = tokens.shape
-        start_t = torch.as_tensor(starts).expand(n)
+        start_t = torch.as_tensor(starts, device=self.device).expand(n)
         ragged = bool((start_t != start_t[0]).any())
         start = int(start_t[0])
-        rows, last = torch.arange(n), lengths - 1
+        rows, last = torch.arange(n, device=self.device), lengths - 1
         x = self.model.model.embed_tokens(tokens)
         if ragged:
             pos = start_t[:, None] + self._arange[:t]  # [n, T]
@@ -274,7 +281,7 @@ class LeanForward:
         else:
             span = start + t
             masks = self._prompt_masks(start, t, x.dtype)
-            cos, sin = self._rope_tables(x, torch.arange(start, span).expand(n, t))
+            cos, sin = self._rope_tables(x, self._arange[start:span].expand(n, t))
         for i, spec in enumerate(self._layers):
             q, k, v = self._qkv(i, _rms(x, spec.norm_w, spec.eps), cos, sin)
             if ragged:
@@ -300,7 +307,7 @@ class LeanForward:
         """
         x = self.model.model.embed_tokens(tokens[None])
         t = x.shape[1]
-        cos, sin = self._rope_tables(x, torch.arange(t)[None])
+        cos, sin = self._rope_tables(x, self._arange[:t][None])
         masks = self._prompt_masks(0, t, x.dtype)
         keys, values = [], []
         for i, spec in enumerate(self._layers):
@@ -334,7 +341,7 @@ class LeanForward:
         """
         b, span = tokens.shape[0], max(positions) + 1
         heads, kv = self.heads, self.kv_heads
-        pos, slot_t = torch.tensor(positions), torch.tensor(slots)
+        pos, slot_t = torch.tensor(positions, device=self.device), torch.tensor(slots, device=self.device)
         x = F.embedding(tokens, self.model.model.embed_tokens.weight)  # [B, hidden]
         cos, sin = self._rope_tables(x, pos)  # [B, 1, D]
         masks = self._row_masks(pos, span, x.dtype)
@@ -363,5 +370,5 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Boolean mask → additive mask (0 where allowed, -inf elsewhere)."""
-    zeros = torch.zeros((), dtype=dtype)
-    return torch.where(allowed, zeros, torch.tensor(float("-inf"), dtype=dtype))
+    zeros = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zeros, torch.tensor(float("-inf"), dtype=dtype, device=allowed.device))

@@ -54,8 +54,8 @@ class SplitExperts:
 
     @staticmethod
     def of(experts: GptOssExperts) -> SplitExperts:
-        two_i = experts.gate_up_proj.shape[2]
-        order = torch.cat([torch.arange(0, two_i, 2), torch.arange(1, two_i, 2)])
+        two_i, on = experts.gate_up_proj.shape[2], experts.gate_up_proj.device
+        order = torch.cat([torch.arange(0, two_i, 2, device=on), torch.arange(1, two_i, 2, device=on)])
         return SplitExperts(
             w1=experts.gate_up_proj.detach()[:, :, order].contiguous(),
             b1=experts.gate_up_proj_bias.detach()[:, order].contiguous(),
@@ -102,7 +102,8 @@ def dense_moe(mlp: GptOssMLP, flat: DenseExperts, x: torch.Tensor) -> torch.Tens
     """
     _, scores, idx = mlp.router(x)
     n, e, experts = x.shape[0], flat.b2.shape[0], mlp.experts
-    weights = torch.zeros(n, e, dtype=x.dtype).scatter_(1, idx, scores)  # [N, E], 0 for unrouted experts
+    # [N, E], 0 for unrouted experts
+    weights = torch.zeros(n, e, dtype=x.dtype, device=x.device).scatter_(1, idx, scores)
     act = _swiglu(experts, torch.addmm(flat.b1, x, flat.w1).view(n, e, -1))  # [N, E, I]
     return torch.addmm(weights @ flat.b2, (act * weights[:, :, None]).view(n, -1), flat.w2)
 

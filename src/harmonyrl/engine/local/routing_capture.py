@@ -39,7 +39,9 @@ class EngineRouting:
         router = mlps[0].router
         self.num_layers, self.top_k = len(mlps), int(router.top_k)
         self.dtype = routing_dtype(int(router.num_experts))
-        self.buffer = torch.full((slots, max_seq_len, self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
+        self.device = router.weight.device
+        shape = (slots, max_seq_len, self.num_layers, self.top_k)
+        self.buffer = torch.full(shape, NOT_ROUTED, dtype=self.dtype, device=self.device)
         self._calls: list[list[torch.Tensor]] = [[] for _ in mlps]
         self._routers = [m.router for m in mlps]
         for i, router in enumerate(self._routers):
@@ -70,7 +72,7 @@ class EngineRouting:
 
     def after_prefix(self, length: int) -> torch.Tensor:
         """The routing ``[P, L, k]`` of a just-computed ``length``-token shared prefix, for :meth:`load_prefix`."""
-        ids = torch.full((length, self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype)
+        ids = torch.full((length, self.num_layers, self.top_k), NOT_ROUTED, dtype=self.dtype, device=self.device)
         for layer, got in enumerate(self._take()):
             if got is not None:
                 ids[:, layer] = got.view(length, self.top_k)
@@ -83,7 +85,7 @@ class EngineRouting:
     def after_prefill(self, slots: torch.Tensor, starts: torch.Tensor, width: int, lengths: torch.Tensor) -> None:
         """Record a prefill of right-padded tails ``[n, width]``, row ``r``'s at positions ``starts[r] ..``."""
         n = slots.shape[0]
-        real_r, real_t = (torch.arange(width) < lengths[:, None]).nonzero(as_tuple=True)
+        real_r, real_t = (torch.arange(width, device=self.device) < lengths[:, None]).nonzero(as_tuple=True)
         last = starts + lengths - 1
         for layer, got in enumerate(self._take()):
             if got is None:
@@ -117,7 +119,7 @@ class EngineRouting:
 
     def read(self, slot: int, positions: int) -> torch.Tensor:
         """A copy of slot ``slot``'s routing at positions ``0 .. positions - 1``: ``[positions, L, k]``."""
-        return self.buffer[slot, :positions].clone()
+        return self.buffer[slot, :positions].to("cpu", copy=True)  # kept with the episode, on the host
 
     def close(self) -> None:
         """Give the routers their class ``forward`` back (recording stops)."""

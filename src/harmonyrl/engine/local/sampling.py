@@ -39,20 +39,21 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-_VOCAB_HASH: dict[int, torch.Tensor] = {}
+_VOCAB_HASH: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
-def _vocab_offsets(vocab_size: int) -> torch.Tensor:
-    """``[V]`` per-vocab-index offsets (cached: recomputing them every step costs a full pass)."""
-    if vocab_size not in _VOCAB_HASH:
-        _VOCAB_HASH[vocab_size] = (torch.arange(vocab_size, dtype=torch.int64) * _GOLDEN) & _M32
-    return _VOCAB_HASH[vocab_size]
+def _vocab_offsets(vocab_size: int, device: torch.device) -> torch.Tensor:
+    """``[V]`` per-vocab-index offsets on ``device`` (cached: recomputing them every step costs a full pass)."""
+    if (vocab_size, device) not in _VOCAB_HASH:
+        offsets = (torch.arange(vocab_size, dtype=torch.int64, device=device) * _GOLDEN) & _M32
+        _VOCAB_HASH[vocab_size, device] = offsets
+    return _VOCAB_HASH[vocab_size, device]
 
 
 def seed_key(seed: int) -> int:
     """Fold an arbitrary Python int seed into 32 bits (hi and lo halves both matter)."""
-    lo = torch.tensor([seed & _M32], dtype=torch.int64)
-    hi = torch.tensor([(seed >> 32) & _M32], dtype=torch.int64)
+    lo = torch.tensor([seed & _M32], dtype=torch.int64)  # host: folds a Python int into a Python int
+    hi = torch.tensor([(seed >> 32) & _M32], dtype=torch.int64)  # host
     return int(_mix32(_mix32(hi) ^ lo)[0])
 
 
@@ -60,7 +61,7 @@ def gumbel_noise(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) ->
     """Gumbel noise ``[B, V]`` (fp32), a pure function of ``keys`` ``[B]``, ``counters`` ``[B]`` (the index of
     the token within its request) and the vocab index. The uniforms come from the C extension where it is built
     (the same bits as :func:`gumbel_uniform`, in a tenth of the time), else from torch."""
-    u = native.gumbel_uniform(keys, counters, vocab_size)
+    u = native.gumbel_uniform(keys, counters, vocab_size) if keys.device.type == "cpu" else None  # C: CPU only
     if u is None:
         u = gumbel_uniform(keys, counters, vocab_size)
     return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: [B, V] is the step's largest tensor
@@ -69,7 +70,7 @@ def gumbel_noise(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) ->
 def gumbel_uniform(keys: torch.Tensor, counters: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The uniforms ``u`` ``[B, V]`` in (0, 1) behind :func:`gumbel_noise`, in torch (the reference)."""
     row = _mix32(_mix32(keys & _M32) ^ (counters & _M32))
-    bits = _mix32_((row[:, None] + _vocab_offsets(vocab_size)[None, :]).bitwise_and_(_M32))
+    bits = _mix32_((row[:, None] + _vocab_offsets(vocab_size, keys.device)[None, :]).bitwise_and_(_M32))
     # top 23 bits + 0.5 are exact in fp32, so u lies strictly inside (0, 1): no log(0)
     return bits.bitwise_right_shift_(9).float().add_(0.5).mul_(1.0 / 2**23)
 
@@ -103,7 +104,7 @@ def _filter(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> t
     """
     vocab = scaled.shape[-1]
     sorted_logits, order = scaled.sort(dim=-1, descending=True)
-    rank = torch.arange(vocab)[None, :]
+    rank = torch.arange(vocab, device=scaled.device)[None, :]
     k = torch.where(top_k > 0, top_k, vocab)[:, None]
     sorted_logits = sorted_logits.masked_fill(rank >= k, float("-inf"))
     probs = torch.softmax(sorted_logits, dim=-1)

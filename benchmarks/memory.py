@@ -1,0 +1,119 @@
+"""Peak trainer memory and step time: full fine-tuning vs LoRA vs LoRA + activation checkpointing.
+
+What is measured: the RL update exactly as a run makes it (``Learner.update``: GRPO, PPO-clip, one epoch, one
+minibatch) on the default ``micro`` model built for ``rollout.max_seq_len=2048``, with one batch of ``EPISODES``
+episodes of 2048 tokens each (a shared 256-token prompt, then 1792 sampled tokens; a group of two with one rewarded
+episode, so nothing is dropped). Three variants, same model, seed and batch:
+
+* ``full`` — every weight trains (AdamW state for all of them);
+* ``lora`` — ``model.lora`` r=16 on q/k/v/o and the experts; only the adapters train;
+* ``lora_ckpt`` — the same with ``model.gradient_checkpointing=true``.
+
+Peak memory: torch's CPU allocations are invisible to tracemalloc, and ``torch.cuda.max_memory_allocated`` exists
+only on a GPU (used there instead). On the CPU each variant runs in a fresh subprocess that builds the model,
+learner and batch, resets the kernel's peak-RSS counter (writing ``5`` to ``/proc/self/clear_refs``), runs one
+update, and reports ``VmHWM`` minus the resident size just before them: the most memory the OS had to give the
+trainer for the update (activations saved for backward, gradients, optimizer state, temporaries). A fresh
+process per variant means no allocator cache carries over. Step time: that update's wall clock (including the
+optimizer state's first allocation, small beside the step); one step each on a shared machine: compare ratios only.
+
+The last line: ``RESULT full_mib=… lora_mib=… lora_ckpt_mib=… lora_vs_full_step=…`` (LoRA's step time over the
+full fine-tune's). The goal: ``lora_ckpt_mib`` ≤ ½ ``full_mib``.
+
+Run: ``python benchmarks/memory.py`` (a few minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = ("full", "lora", "lora_ckpt")
+EPISODES = 2
+SEQ = 2048
+PROMPT = 256
+
+
+def _kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _child(variant: str, attention: str) -> dict[str, float]:
+    """One variant in this (fresh) process: peak MiB and seconds of one update."""
+    import torch
+
+    from harmonyrl.config import load_config
+    from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+    from harmonyrl.trainer.learner import Learner
+    from harmonyrl.trainer.setup import make_model
+    from harmonyrl.types import Trajectory
+
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    overrides = [f"rollout.max_seq_len={SEQ}", "device=cpu", f"model.attention={attention}"]
+    if variant != "full":
+        overrides += ["model.lora.r=16", "model.lora.targets=[q_proj,k_proj,v_proj,o_proj,experts]"]
+    if variant == "lora_ckpt":
+        overrides.append("model.gradient_checkpointing=true")
+    config = load_config(None, overrides)
+    tok = HarmonyTokenizer.load_default()
+    model = make_model(config, tok)
+    learner = Learner.create(config.rl, model, tok.special.endoftext, float(SEQ), config.seed)
+    gen = torch.Generator().manual_seed(0)
+    prompt = tuple(torch.randint(0, tok.vocab_size, (PROMPT,), generator=gen).tolist())
+    trajs = []
+    for i in range(EPISODES):
+        tail = tuple(torch.randint(0, tok.vocab_size, (SEQ - PROMPT,), generator=gen).tolist())
+        mask = (0,) * PROMPT + (1,) * (SEQ - PROMPT)
+        reward = float(i % 2)  # groups of two, one rewarded episode each: nothing is dropped
+        trajs.append(
+            Trajectory(f"t{i // 2}", i // 2, prompt + tail, mask, (-7.0,) * SEQ, reward, True, False, None, ())
+        )
+    cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    base = _kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    t0 = time.perf_counter()
+    assert learner.update(trajs).applied
+    seconds = time.perf_counter() - t0
+    peak_mib = torch.cuda.max_memory_allocated() / 2**20 if cuda else (_kib("VmHWM") - base) / 1024
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"peak_mib": peak_mib, "step_s": seconds, "trainable": float(trainable)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--attention", choices=("eager", "harmonyrl_sink_sdpa"), default="eager",
+                        help="the trainer's attention kernel (model.attention)")  # fmt: skip
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_child(args.child, args.attention)))
+        return
+    rows = {}
+    for variant in VARIANTS:
+        cmd = [sys.executable, __file__, "--child", variant, "--attention", args.attention]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        rows[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"micro model, one RL update of {EPISODES} episodes x {SEQ} tokens (prompt {PROMPT}), fp32, {args.attention}")
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print(f"{'variant':<10} {'trainable':>10} {'peak MiB':>9} {'step s':>7}")
+    for variant, r in rows.items():
+        print(f"{variant:<10} {int(r['trainable']):>10} {r['peak_mib']:>9.0f} {r['step_s']:>7.2f}")
+    full, lora, ckpt = (rows[v] for v in VARIANTS)
+    print(
+        f"RESULT full_mib={full['peak_mib']:.0f} lora_mib={lora['peak_mib']:.0f} lora_ckpt_mib={ckpt['peak_mib']:.0f} "
+        f"lora_vs_full_step={lora['step_s'] / full['step_s']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
