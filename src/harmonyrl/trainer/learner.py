@@ -66,7 +66,7 @@ class Learner:
         torchrun both are sharded copies holding rank 0's weights."""
         check_distributable(cfg, world)
         if world.distributed and has_lora(model):
-            raise ValueError("model.lora runs in one process only (adapters are not sharded): launch it without torchrun")
+            raise ValueError("model.lora runs in one process only (adapters are not sharded): launch without torchrun")
         if world.distributed:
             ref_model = sharded_copy(model, world)
         else:
