@@ -56,10 +56,10 @@ class ModelConfig(Frozen):
     MXFP4, or OpenAI's original; docs/checkpoints.md). With it,
     ``sft.steps`` defaults to 0 (the checkpoint is the warm start); an explicit ``sft.steps=N`` runs N SFT steps
     from the checkpoint."""
-    attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "harmonyrl_eager"
-    """Trainer attention kernel: transformers' eager math with gradients independent of the thread count (default),
-    transformers' eager reference itself, the fused exact sink kernel, or a deliberately sink-less one (reproduces
-    the sampler/trainer mismatch); see ``harmonyrl.models.attention``."""
+    attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "eager"
+    """Trainer attention kernel: transformers' eager reference, the same math with a softmax backward independent of
+    the thread count, the fused exact sink kernel, or a deliberately sink-less one (reproduces the sampler/trainer
+    mismatch); see ``harmonyrl.models.attention``."""
     engine_sinks: bool = True
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
     tokenizer: TokenizerName = "harmonyrl_bpe"
@@ -270,11 +270,11 @@ class RunConfig(Frozen):
     threads: int = Field(0, ge=0)
     """torch intra-op threads (shared by the C decode step); 0: as many as the machine has free (see
     ``adaptive_threads``)."""
-    adaptive_threads: bool = True
+    adaptive_threads: bool = False
     """With ``threads=0``: resize the thread team to the cores other processes leave free, as the load changes (a
-    shared CPU costs ~2x instead of up to 15x, docs/contention.md). The figures do not depend on the team size
-    (``tests/test_team_invariance.py``), except with ``model.attention=eager`` (transformers' own kernel, whose
-    gradients do): its team stays fixed. False: a team of all the cores this process may use, for the whole run."""
+    shared CPU costs ~2x instead of up to 15x, docs/contention.md). Off by default: MKL's matrix products for a few
+    rows (an engine's prefill, a shared prompt) round differently with 1 and 2 threads, so a run's figures then
+    depend on the load (``tests/test_team_invariance.py``). Off: a team of all the cores this process may use."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the trainer and the embedded engine's torch decode run: auto is cuda when torch sees a GPU, else cpu
     (the compiled C decode step is CPU only: rollout.engine.kernel=native needs cpu)."""
@@ -291,8 +291,8 @@ class RunConfig(Frozen):
 
     @property
     def adapts_threads(self) -> bool:
-        """The thread team follows the load: asked for, and the trainer's numerics do not depend on it."""
-        return self.threads == 0 and self.adaptive_threads and self.model.attention != "eager"
+        """The thread team follows the load (``adaptive_threads`` with ``threads=0``)."""
+        return self.threads == 0 and self.adaptive_threads
 
     @model_validator(mode="before")
     @classmethod

@@ -10,11 +10,12 @@ busy (``/proc/stat``) minus this process's own, over the last :data:`WINDOW_S`, 
 :data:`INTERVAL_S`. CPU time, not the instantaneous runnable count of ``/proc/loadavg``: on an idle VM stray
 kernel threads are runnable often enough to halve a team that looks at the count, but they use little time.
 
-The default since the numerics stopped depending on the team: with the ``harmonyrl_eager`` attention kernel
-(its softmax backward, :mod:`harmonyrl.models.team_invariant`) a training step, the engine's decode step and its
-sampling give the same bits with one thread or two, so a run's figures do not depend on the machine's load
-(``tests/test_team_invariance.py``). ``threads > 0`` fixes the team; ``adaptive_threads=false`` fixes it at the
-cores this process may use.
+Opt-in (``adaptive_threads=true``), because it costs bit-reproducibility: a run's numerics depend on the team
+size. Measured 2026-11-25 (``tests/test_team_invariance.py``): torch's CPU softmax backward (avoided by the
+``harmonyrl_eager`` kernel), single reductions over more than 32,768 elements (the losses sum rows first) and MKL's
+matrix products for a few rows (M = 5-7 of ``[1, M, 64] @ [64, 128]``: an engine's prefill, a shared prompt; even
+``MKL_CBWR=AUTO,STRICT`` leaves some) all round differently with one thread and two. ``threads > 0`` fixes the
+team; by default it is fixed at the cores this process may use.
 """
 
 from __future__ import annotations

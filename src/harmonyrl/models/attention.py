@@ -6,10 +6,10 @@ CPU (sdpa is refused, flex attention refuses sinks). Kernels here, registered wi
 ``AttentionInterface`` so ``GptOssForCausalLM`` calls them in training exactly like its own:
 
 * ``eager`` — transformers' reference (materialises the ``[B, H, T, S + 1]`` logits).
-* ``harmonyrl_eager`` (the default) — the same operations, bit for bit in the forward pass, with a softmax whose
-  backward (:mod:`harmonyrl.models.team_invariant`) does not depend on the OpenMP team size. torch's fused CPU
-  softmax backward does, so with ``eager`` a run's gradients, and from there every figure, changed with the
-  number of threads (docs/contention.md); with this kernel they do not, so the team may follow the machine's load.
+* ``harmonyrl_eager`` — the same operations, bit for bit in the forward pass, with a softmax whose backward
+  (:mod:`harmonyrl.models.team_invariant`) does not depend on the OpenMP team size. torch's fused CPU softmax
+  backward does, so with ``eager`` a step's gradients change with the number of threads (docs/contention.md).
+  (MKL's matrix products for a few rows do too, so this alone does not make a run independent of the team.)
 * ``harmonyrl_sink_sdpa`` — exact and fused: one ``scaled_dot_product_attention`` call on an augmented head
   dimension. Each query gets one extra coordinate ``sink_h / scale``; real keys get 0 there; one extra key
   is ``e_{D+1}`` with a zero value. Its logit is then exactly ``sink_h`` and it adds ``exp(sink_h)`` to the
