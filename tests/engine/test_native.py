@@ -168,7 +168,7 @@ def test_pack_lays_out_16_column_panels() -> None:
 
 def test_native_refuses_what_it_cannot_run_with_a_clear_error() -> None:
     model = model_with()
-    with pytest.raises(KernelUnavailable, match=r"engine_kernel=native cannot run here: .*float32 only"):
+    with pytest.raises(KernelUnavailable, match=r"engine\.kernel=native cannot run here: .*float32 only"):
         LocalEngine(model, max_batch=2, max_seq_len=64, dtype=torch.bfloat16, kernel="native")
     assert LocalEngine(model, max_batch=2, max_seq_len=64, dtype=torch.bfloat16).kernel == "torch"  # auto
     with pytest.raises(ValueError, match="kernel must be 'auto', 'native' or 'torch'"):

@@ -52,10 +52,10 @@ def test_a_module_target_is_kept_as_written() -> None:
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("nope.py:F", "config key 'env.custom.factory': no such file: 'nope.py' (got 'nope.py:F')"),
+        ("nope.py:F", "config key 'env.factory': no such file: 'nope.py' (got 'nope.py:F')"),
         (
             "no_colon",
-            "config key 'env.custom.factory': expected MODULE:NAME or FILE.py:NAME, got 'no_colon' (got 'no_colon')",
+            "config key 'env.factory': expected MODULE:NAME or FILE.py:NAME, got 'no_colon' (got 'no_colon')",
         ),
     ],
 )
