@@ -123,4 +123,4 @@ def test_mkl_products_of_a_few_rows_depend_on_the_team_so_adapting_is_opt_in() -
     w = torch.randn(128, 64, generator=torch.Generator().manual_seed(7))
     a, b = with_teams(lambda: F.linear(x, w))
     assert not torch.equal(a, b)  # if MKL ever makes this team-invariant, adaptive threads could be the default
-    assert not load_config().adaptive_threads and not load_config().adapts_threads
+    assert not load_config().adaptive_threads

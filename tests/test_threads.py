@@ -99,11 +99,3 @@ def test_optimizer_step_adapts_the_team(tmp_path: Path) -> None:
     param.sum().backward()
     opt.step()  # the global pre-hook looks at the (busy) machine before the step
     assert torch.get_num_threads() == 1
-
-
-def test_the_config_adapts_only_when_asked_and_threads_is_zero() -> None:
-    from harmonyrl.config import load_config
-
-    assert not load_config().adapts_threads  # reproducible by default: the numerics depend on the team size
-    assert load_config(None, ["adaptive_threads=true"]).adapts_threads
-    assert not load_config(None, ["adaptive_threads=true", "threads=2"]).adapts_threads

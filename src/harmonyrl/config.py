@@ -289,11 +289,6 @@ class RunConfig(Frozen):
     scale: ScaleConfig = ScaleConfig()
     """Where the environments run (Ray env workers; docs/ray.md)."""
 
-    @property
-    def adapts_threads(self) -> bool:
-        """The thread team follows the load (``adaptive_threads`` with ``threads=0``)."""
-        return self.threads == 0 and self.adaptive_threads
-
     @model_validator(mode="before")
     @classmethod
     def _init_from_skips_sft(cls, data: Any) -> Any:

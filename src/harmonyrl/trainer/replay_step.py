@@ -163,7 +163,7 @@ def replay_step(run_dir: Path, step: int, checkpoint: Path | None = None, save_t
     if not 1 <= step <= config.rl.steps:
         raise ReplayError(f"step must be between 1 and rl.steps={config.rl.steps}, got {step}")
     trajectories = read_step(step_path(run_dir, step))  # a missing record fails before any model is loaded
-    setup_process(config.seed, config.threads, config.adapts_threads)
+    setup_process(config.seed, config.threads, config.adaptive_threads)
     learner = build_learner(config, run_dir, step, checkpoint)
     metrics = replay_update(learner, trajectories)
     weights = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
