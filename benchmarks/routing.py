@@ -29,7 +29,7 @@ from harmonyrl.engine.local.routing_capture import EngineRouting
 from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import Batch, collate
-from harmonyrl.trainer.rl import _no_grad_pass
+from harmonyrl.trainer.rl_targets import no_grad_pass
 from harmonyrl.trainer.routing_replay import routing_metrics
 from harmonyrl.types import Routing, SamplingParams, Trajectory
 
@@ -96,7 +96,7 @@ def replay_table() -> dict[str, float]:
         for dtype in (torch.float32, torch.bfloat16):
             batch = sampled_batch(m, dtype)
             for mode in ("none", "r3"):
-                logp, _, routed = _no_grad_pass(m, batch, replay=mode == "r3")
+                logp, _, routed = no_grad_pass(m, batch, replay=mode == "r3")
                 met = routing_metrics(batch, routed, int(m.config.num_experts_per_tok))
                 kl = float(masked_token_mean(kl_k3(logp, batch.sampler_logprobs), batch.loss_mask))
                 gap = float(((logp - batch.sampler_logprobs).abs() * batch.loss_mask).max())

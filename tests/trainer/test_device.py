@@ -21,7 +21,7 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.device import resolve_device
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.rl import prepare
+from harmonyrl.trainer.rl_targets import prepare
 from harmonyrl.trainer.setup import check_engine, make_model
 from harmonyrl.types import Trajectory
 

@@ -14,7 +14,7 @@ from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import collate, score
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.precision import autocast
-from harmonyrl.trainer.rl import single_pass
+from harmonyrl.trainer.rl_targets import single_pass
 from harmonyrl.types import Trajectory
 
 VOCAB = 97

@@ -8,9 +8,10 @@ from harmonyrl.algorithms.choices import GRPO
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig, TruncatedIS
 from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.trainer import rl
+from harmonyrl.trainer import rl_targets
 from harmonyrl.trainer.batch import collate, score
-from harmonyrl.trainer.rl import prepare, rl_update, single_pass, token_advantages
+from harmonyrl.trainer.rl import rl_update
+from harmonyrl.trainer.rl_targets import prepare, single_pass, token_advantages
 from harmonyrl.types import Failure, Trajectory
 
 VOCAB = 97
@@ -128,7 +129,7 @@ def test_second_epoch_moves_ratio_and_update_changes_policy() -> None:
 
 def test_entropy_bonus_raises_entropy() -> None:
     # zero advantages: the only force is the entropy bonus, which must raise the policy's entropy
-    from harmonyrl.trainer.rl import Prepared
+    from harmonyrl.trainer.rl_targets import Prepared
     from harmonyrl.trainer.sft import Demo, sft_step
 
     model = _model()
@@ -181,7 +182,7 @@ def test_single_pass_update_equals_the_two_pass_update(
     cfg = RLConfig(epochs=1, minibatches=1, entropy_coef=0.01)
     results = []
     for single in (True, False):
-        monkeypatch.setattr(rl, "single_pass", lambda *_, s=single: s)
+        monkeypatch.setattr(rl_targets, "single_pass", lambda *_, s=single: s)
         model, ref = _model(), _model().eval()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         prepared = prepare(make_batch(), cfg, pad_id=0)

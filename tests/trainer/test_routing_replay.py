@@ -25,7 +25,8 @@ from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import Batch, collate
-from harmonyrl.trainer.rl import _no_grad_pass, prepare, rl_update
+from harmonyrl.trainer.rl import rl_update
+from harmonyrl.trainer.rl_targets import no_grad_pass, prepare
 from harmonyrl.trainer.routing_replay import routing_metrics
 from harmonyrl.types import Routing, SamplingParams, Trajectory
 
@@ -85,7 +86,7 @@ def test_r3_agreement_is_one_and_mismatch_kl_shrinks(setup: tuple[GptOssForCausa
     k = int(model.config.num_experts_per_tok)
     result = {}
     for replay in (False, True):
-        logp, _, routed = _no_grad_pass(model, batch, replay=replay)
+        logp, _, routed = no_grad_pass(model, batch, replay=replay)
         kl = float(masked_token_mean(kl_k3(logp, batch.sampler_logprobs), batch.loss_mask))
         result[replay] = (routing_metrics(batch, routed, k)["routing/agreement"], kl)
     (agree_none, kl_none), (agree_r3, kl_r3) = result[False], result[True]

@@ -29,7 +29,8 @@ from harmonyrl.trainer.critic import ValueHead
 from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.resume import Progress, load_optimizer
-from harmonyrl.trainer.rl import prepare, rl_update
+from harmonyrl.trainer.rl import rl_update
+from harmonyrl.trainer.rl_targets import prepare
 from harmonyrl.trainer.soft_q_learner import SoftQState, soft_q_update
 from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import Trajectory

@@ -3,11 +3,12 @@
 The order mirrors the data flow: filter → collate → no-grad passes (old log-probs and values, reference) →
 rollout correction → token rewards (+ KL penalty) → advantages → epochs × minibatches of policy loss
 (+ value loss, KL loss, entropy bonus) → stability guards → metrics. :func:`rl_update` reads as those steps:
-:func:`old_policy`, :func:`loss_targets`, ``_optimize`` (each ``_optimizer_step`` runs ``_micro_batch``
+:func:`~harmonyrl.trainer.rl_targets.old_policy` and :func:`~harmonyrl.trainer.rl_targets.loss_targets` (what the
+update reads, in :mod:`harmonyrl.trainer.rl_targets`), ``_optimize`` (each ``_optimizer_step`` runs ``_micro_batch``
 forward/loss/backward), ``_metrics``; it returns an :class:`~harmonyrl.trainer.update_result.UpdateResult`
 saying whether the update was applied.
 
-When the update is a single pass that nothing before the loss reads old log-probs for (:func:`single_pass`,
+When the update is a single pass that nothing before the loss reads old log-probs for (``single_pass``,
 the default config), that pass supplies them and the no-grad pass is skipped. The first pass also records the
 MoE routing (``routing/*`` metrics); with ``routing_replay`` r2 / r3 every pass routes by a fixed record
 (:mod:`harmonyrl.trainer.routing_replay`). The math lives in :mod:`harmonyrl.algorithms`; which function runs
@@ -17,36 +18,22 @@ is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.algorithms.advantages import (
-    a2c_advantages,
-    broadcast_to_tokens,
-    gae_advantages,
-    group_relative_advantages,
-    masked_whiten,
-    outcome_to_token_rewards,
-    reinforce_pp_advantages,
-    rloo_advantages,
     value_loss,
 )
 from harmonyrl.algorithms.choices import (
     A2C,
     GAE,
-    GRPO,
-    RLOO,
-    Advantage,
     GSPOLoss,
     PolicyGradient,
     PPOClip,
-    ReinforcePP,
 )
-from harmonyrl.algorithms.correction import CorrectionOutput, apply_correction, resolve_old_logp
-from harmonyrl.algorithms.kl import kl_estimate, kl_k3, kl_loss, kl_reward_penalty
+from harmonyrl.algorithms.kl import kl_estimate, kl_k3, kl_loss
 from harmonyrl.algorithms.losses import (
     AggregationMode,
     PolicyLossOutput,
@@ -63,75 +50,19 @@ from harmonyrl.distributed.fsdp import clip_grad_norm
 from harmonyrl.distributed.world import SINGLE, World, broadcast, max_all, most_rows, shard_rows, sum_all
 from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
-from harmonyrl.trainer.batch import Batch, Scored, collate, micro_batches, score
-from harmonyrl.trainer.device import to_device
+from harmonyrl.trainer.batch import Batch, Scored, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
+from harmonyrl.trainer.rl_targets import (
+    MICRO_BATCH,
+    LossTargets,
+    OldPolicy,
+    Prepared,
+    loss_targets,
+    no_grad_pass,
+    old_policy,
+)
 from harmonyrl.trainer.routing_replay import TrainerRouting, join_routing, mb_routing, routing_metrics
 from harmonyrl.trainer.update_result import UpdateResult
-from harmonyrl.types import Trajectory
-
-MICRO_BATCH = 32
-
-
-@dataclass(frozen=True)
-class Prepared:
-    batch: Batch
-    n_dropped_zero_var: int
-    n_failed: int
-
-
-def is_group_relative(choice: Advantage) -> bool:
-    """Estimators whose advantage is 0 for a group with equal rewards (so such groups can be dropped)."""
-    return isinstance(choice, GRPO | RLOO) or (isinstance(choice, ReinforcePP) and choice.group_baseline)
-
-
-def prepare(
-    trajectories: Sequence[Trajectory], cfg: RLConfig, pad_id: int, device: torch.device | None = None
-) -> Prepared | None:
-    """Drop env failures (they never count as 0 in a group) and, for group-relative estimators, optionally
-    the zero-variance groups; the batch on ``device`` (default: the CPU). Returns None when nothing trainable is
-    left."""
-    ok = [t for t in trajectories if t.failure is None]
-    n_failed = len(trajectories) - len(ok)
-    kept = ok
-    if cfg.skip_zero_variance_groups and is_group_relative(cfg.advantage):
-        by_group: dict[int, set[float]] = {}
-        for t in ok:
-            by_group.setdefault(t.group_id, set()).add(t.reward)
-        kept = [t for t in ok if len(by_group[t.group_id]) > 1]
-    if not kept:
-        return None
-    batch = collate(kept, pad_id)
-    return Prepared(batch if device is None else to_device(batch, device), len(ok) - len(kept), n_failed)
-
-
-def token_advantages(
-    choice: Advantage, batch: Batch, penalty: torch.Tensor, values: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Advantages ``[B, T-1]`` (and returns ``[B, T-1]`` for critic estimators) of a collated batch.
-
-    ``penalty`` ``[B, T-1]`` is a dense per-token reward added to the outcome reward (a KL penalty, or 0);
-    episode-level estimators see it summed over the episode. Critic advantages are whitened over the batch.
-    """
-    m = batch.loss_mask
-    rewards = batch.rewards + (penalty * m).sum(1)
-    match choice:
-        case GRPO(std_normalize=std):
-            return broadcast_to_tokens(group_relative_advantages(rewards, batch.group_ids, std), m), None
-        case RLOO():
-            return broadcast_to_tokens(rloo_advantages(rewards, batch.group_ids), m), None
-        case ReinforcePP(group_baseline=baseline, gamma=gamma):
-            groups = batch.group_ids if baseline else None
-            return reinforce_pp_advantages(batch.rewards, m, gamma, groups, token_rewards=penalty), None
-    # critic estimators (GAE, A2C): per-token rewards against the value head's baseline
-    if values is None:
-        raise ValueError(f"advantage kind '{choice.kind}' needs a value head")
-    token_rewards = outcome_to_token_rewards(batch.rewards, m) + penalty * m
-    if isinstance(choice, GAE):
-        adv, returns = gae_advantages(token_rewards, values, m, choice.gamma, choice.lam)
-    else:
-        adv, returns = a2c_advantages(token_rewards, values, m, choice.gamma)
-    return masked_whiten(adv, m), returns
 
 
 def policy_loss(
@@ -154,74 +85,6 @@ def policy_loss(
         case PolicyGradient():
             return policy_gradient_loss(logp, adv, mask, weights=weights, aggregation=agg, norm=norm)
     raise ValueError(f"loss kind '{cfg.loss.kind}' is not an on-policy loss; use trainer.soft_q")
-
-
-@torch.no_grad()
-def _no_grad_pass(
-    model: torch.nn.Module, batch: Batch, value_head: torch.nn.Module | None = None, replay: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None, TrainerRouting]:
-    """``[B, T-1]`` log-probs (and values), with the same micro-batch slicing as the update (bit-exact), and
-    the MoE routing of the pass. ``replay``: route by ``batch.routing`` instead of the router's top-k."""
-    logp = torch.zeros_like(batch.loss_mask)
-    values = torch.zeros_like(batch.loss_mask) if value_head is not None else None
-    parts: list[MoeRouting] = []
-    row = 0
-    for mb in micro_batches(batch, MICRO_BATCH):
-        parts.append(mb_routing(model, mb, replay))
-        scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head, routing=parts[-1],
-                       needed=mb.loss_mask)  # fmt: skip
-        logp[row : row + mb.size, : scored.logprobs.shape[1]] = scored.logprobs
-        if values is not None and scored.values is not None:
-            values[row : row + mb.size, : scored.values.shape[1]] = scored.values
-        row += mb.size
-    return logp, values, join_routing(parts, batch.input_ids.shape[1])
-
-
-def single_pass(cfg: RLConfig, batch_size: int, critic: torch.nn.Module | None) -> bool:
-    """Whether the update's one forward pass can also be the old-policy pass (saving a no-grad pass over the
-    batch: ~30 % of the update's time): one epoch of one minibatch, so the weights have not moved
-    when the loss needs the old log-probs; and nothing needs them *before* that pass: no critic values, no
-    importance weights or rejection, no KL penalty in the reward, no R2 record to route by."""
-    c = cfg.correction
-    return (
-        cfg.epochs == 1
-        and min(cfg.minibatches, batch_size) == 1
-        and critic is None
-        and c.weights is None
-        and c.rejection is None
-        and not (cfg.kl.coef > 0 and cfg.kl.use == "reward")
-        and cfg.routing_replay == "none"
-    )
-
-
-@dataclass(frozen=True)
-class OldPolicy:
-    """The policy before the update moves it: what the advantages and the PPO ratio compare against."""
-
-    logp: torch.Tensor
-    """``[B, T-1]`` trainer log-probs. With ``single`` they are zeros until the update's one pass fills them in."""
-    values: torch.Tensor | None
-    """``[B, T-1]`` critic values (critic estimators only)."""
-    routing: TrainerRouting | None
-    """The MoE routing of the no-grad pass; None with ``single`` (the update's pass records it)."""
-    single: bool
-    """The update's one forward pass is also the old-policy pass (see :func:`single_pass`)."""
-
-
-@dataclass(frozen=True)
-class LossTargets:
-    """Everything the loss reads that is fixed before the first optimizer step (all ``[B, T-1]``)."""
-
-    old_logp: torch.Tensor
-    """The PPO ratio's denominator: the trainer's old log-probs, or the sampler's in bypass mode."""
-    adv: torch.Tensor
-    returns: torch.Tensor | None
-    weights: torch.Tensor | None
-    """Rollout-correction importance weights (None: not configured)."""
-    mask: torch.Tensor
-    """The loss mask after rejection."""
-    ref_logp: torch.Tensor
-    correction: CorrectionOutput
 
 
 @dataclass(frozen=True)
@@ -297,7 +160,7 @@ def rl_update(
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
-    ref_logp = _no_grad_pass(ref_model, batch)[0] if needs_ref and ref_model is not None else old.logp
+    ref_logp = no_grad_pass(ref_model, batch)[0] if needs_ref and ref_model is not None else old.logp
     targets = loss_targets(cfg, batch, old, ref_logp)
     train_batch = batch
     if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
@@ -312,34 +175,6 @@ def rl_update(
         restore(snapshot, model, value_head, optimizer)
     metrics = _metrics(model, prepared, cfg, ref_model, old, targets, tally, needs_ref, world)
     return UpdateResult(metrics, None if tally.tripped is None else "guard")
-
-
-def old_policy(
-    model: torch.nn.Module, batch: Batch, cfg: RLConfig, critic: torch.nn.Module | None, world: World = SINGLE
-) -> OldPolicy:
-    """The old-policy pass: log-probs, values and routing before the update, from a no-grad pass, or left for
-    the update's own pass to fill in when it can be the same pass (:func:`single_pass`; under torchrun each
-    rank's pass fills in its rows, summed over the ranks after the update)."""
-    if cfg.routing_replay == "r3" and batch.routing is None:
-        raise ValueError("rl.routing_replay=r3 needs the engine's routing, but the trajectories carry none")
-    if single_pass(cfg, batch.size, critic):
-        return OldPolicy(torch.zeros_like(batch.loss_mask), None, None, single=True)
-    logp, values, routed = _no_grad_pass(model, batch, critic, replay=cfg.routing_replay == "r3")
-    return OldPolicy(logp, values, routed, single=False)
-
-
-def loss_targets(cfg: RLConfig, batch: Batch, old: OldPolicy, ref_logp: torch.Tensor) -> LossTargets:
-    """Rollout correction, the ratio's old log-probs, token rewards (+ KL penalty) and advantages."""
-    correction = apply_correction(old.logp, batch.sampler_logprobs, batch.loss_mask, cfg.correction)
-    # a view of ``old.logp`` (unless bypass): what the single pass fills in reaches the ratio
-    old_logp = resolve_old_logp(batch.sampler_logprobs, old.logp, cfg.correction)
-    weights = correction.weights if cfg.correction.weights is not None else None
-    m = correction.loss_mask  # rejection removes tokens from the loss
-    penalty = torch.zeros_like(m)
-    if cfg.kl.coef > 0 and cfg.kl.use == "reward":
-        penalty = kl_reward_penalty(penalty, old.logp, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
-    adv, returns = token_advantages(cfg.advantage, batch, penalty, old.values)
-    return LossTargets(old_logp, adv, returns, weights, m, ref_logp, correction)
 
 
 def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, tally: _Tally) -> None:
@@ -545,6 +380,6 @@ def _kl_to_reference(
     first micro-batch (a reference pass just for this metric)."""
     if ref_model is not None and not needs_ref:
         head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
-        head_ref = _no_grad_pass(ref_model, head)[0]
+        head_ref = no_grad_pass(ref_model, head)[0]
         return float(masked_token_mean(kl_k3(trainer_old[: head.size], head_ref), head.loss_mask))
     return float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
