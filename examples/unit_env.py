@@ -13,7 +13,11 @@ from harmonyrl.envs.tools import Tool, Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message, StepResult, Task
 
-FACTORS = {"km": 1000.0, "m": 1.0, "cm": 0.01, "mile": 1609.344}
+FACTORS = {"km": 1000.0, "mile": 1609.344, "m": 1.0, "yard": 0.9144, "foot": 0.3048}
+PAIRS = [("km", "mile"), ("mile", "km"), ("m", "yard"), ("yard", "m"), ("m", "foot"), ("foot", "m"),
+         ("yard", "foot"), ("foot", "yard")]  # fmt: skip
+"""Conversions between units of similar size: every answer has at most 6 characters (``3277.6``), short enough
+for the tutorial's 1.3 M-parameter model to copy from the tool's result (see docs/custom-env.md, Measured)."""
 
 
 def convert(value: float, unit: str, to: str) -> str:
@@ -21,10 +25,10 @@ def convert(value: float, unit: str, to: str) -> str:
 
     Args:
         value: The number to convert.
-        unit: Its unit, one of km, m, cm, mile.
+        unit: Its unit, one of km, mile, m, yard, foot.
         to: The target unit.
     """
-    return f"{value * FACTORS[unit] / FACTORS[to]:.2f}"
+    return f"{value * FACTORS[unit] / FACTORS[to]:.1f}"
 
 
 class UnitEnv:
@@ -49,16 +53,15 @@ class UnitEnv:
 
 
 class UnitFactory:
-    """Every (value, unit, target unit) with ``value < max_value`` whose answer is not 0.00; every 10th is held out."""
+    """Every (value, unit pair) with ``0 < value < max_value``; every 10th is held out."""
 
     name = "units"
 
-    def __init__(self, max_value: int = 60) -> None:
+    def __init__(self, max_value: int = 100) -> None:
         self.box = Toolbox([Tool.from_function(convert, timeout_s=2.0)])
-        pairs = [(v, u, t) for v in range(1, max_value) for u in FACTORS for t in FACTORS if u != t]
-        pairs = [(v, u, t) for v, u, t in pairs if convert(v, u, t) != "0.00"]
+        pairs = [(v, u, t) for v in range(1, max_value) for u, t in PAIRS]
         self._tasks = [
-            Task(f"units-{i}", f"How many {t} is {v} {u}?", convert(v, u, t), "test" if i % 10 == 0 else "train")
+            Task(f"units-{i}", f"Convert {v} {u} to {t}.", convert(v, u, t), "test" if i % 10 == 0 else "train")
             for i, (v, u, t) in enumerate(pairs)
         ]
 
@@ -69,18 +72,18 @@ class UnitFactory:
         return UnitEnv(task, self.box)
 
 
-QUESTION = re.compile(r"How many (\w+) is (\d+) (\w+)\?")
+QUESTION = re.compile(r"Convert (\d+) (\w+) to (\w+)\.")
 
 
 def expert(task: Task, rng: random.Random) -> list[Message]:
     """A demonstration for the SFT warm start: call ``convert``, then answer with its result.
 
     Imperfect on purpose, so that RL has something to learn: 1 in 5 answers is a guess made without the tool,
-    and 3 in 10 tool-using answers are a sentence ("It is 5.00 km.") that the exact-match grader scores 0.
+    and 3 in 10 tool-using answers are a sentence ("It is 3.1 mile.") that the exact-match grader scores 0.
     """
-    to, value, unit = QUESTION.fullmatch(task.prompt).groups()  # type: ignore[union-attr]  # our own prompts
+    value, unit, to = QUESTION.fullmatch(task.prompt).groups()  # type: ignore[union-attr]  # our own prompts
     if rng.random() < 0.2:
-        return [Message("assistant", f"{float(task.answer) * rng.uniform(0.5, 1.5):.2f}", channel="final")]
+        return [Message("assistant", f"{float(task.answer) * rng.uniform(0.5, 1.5):.1f}", channel="final")]
     args = {"value": int(value), "unit": unit, "to": to}
     call = Message("assistant", json.dumps(args), "commentary", recipient="functions.convert", content_type="json")
     result = convert(**args)

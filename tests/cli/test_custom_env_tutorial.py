@@ -86,6 +86,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
         "factory": f"{tmp_path / 'examples' / 'unit_env.py'}:UnitFactory",
         "kwargs": {"max_value": 1000},
         "memory": False,
+        "order": "hashed",
     }
 
     elsewhere = tmp_path / "elsewhere"  # the recorded absolute paths rebuild the env from any folder

@@ -193,6 +193,10 @@ class CustomEnvConfig(Frozen):
     """Keyword arguments of the factory call (YAML scalars), e.g. ``env.kwargs.difficulty=3``."""
     memory: bool = False
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    order: Literal["hashed", "given"] = "hashed"
+    """How each split is read: RL walks the train split in order and the evaluation takes the first ``eval.n_tasks``
+    of the test split. ``hashed``: a fixed pseudo-random order (a hash of each task id, the same in every run), so a
+    list built in order is not an accidental curriculum; ``given``: your factory's order, as returned."""
 
     @field_validator("factory")
     @classmethod

@@ -7,12 +7,13 @@ builds or demonstrates, an env that breaks the contract ``check_env`` checks, a 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import random
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import Any, cast
 
-from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.checker import acheck_env, errors
 from harmonyrl.envs.loader import TargetError, UserCodeError, load_callable, where_in_user_code
 from harmonyrl.types import Message, Task
@@ -67,6 +68,40 @@ def custom_factory(target: str, kwargs: Mapping[str, object]) -> EnvFactory:
     except Exception as e:
         raise UserCodeError(f"{setting}: building it raised {type(e).__name__}: {e}{where_in_user_code(e)}") from None
     return cast(EnvFactory, factory)  # its shape is what check_env checks
+
+
+def _hash_key(task: Task) -> bytes:
+    return hashlib.sha256(task.id.encode()).digest()
+
+
+class HashOrdered:
+    """A user's factory whose splits come in a fixed pseudo-random order: sorted by a hash of each task id.
+
+    RL walks the train split in order and the held-out evaluation takes the first ``eval.n_tasks`` of the test
+    split. A factory that lists its tasks by value (``for v in range(1, 1000)``) would otherwise make sixty RL
+    steps see only the smallest values and the evaluation measure only the first slice. The hash depends on
+    the ids alone, so every run (and every resume) reads the same order. Anything else is the user's factory's.
+    """
+
+    def __init__(self, inner: EnvFactory) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._splits: dict[str, list[Task]] = {}
+
+    def tasks(self, split: str) -> list[Task]:
+        """``split``'s tasks of the user's factory, in hash order (sorted once per split)."""
+        if split not in self._splits:
+            self._splits[split] = sorted(self.inner.tasks(split), key=_hash_key)
+        return list(self._splits[split])
+
+    def make(self, task: Task) -> Env:
+        """The user's environment for ``task``."""
+        return self.inner.make(task)
+
+    def __getattr__(self, attr: str) -> Any:  # anything else (tools, the user's own fields) is the factory's
+        if attr.startswith("__") or attr == "inner":  # copy/pickle probe before ``inner`` exists
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
 
 
 async def require_env_ok(factory: EnvFactory, rebuild: Callable[[], EnvFactory], target: str) -> None:

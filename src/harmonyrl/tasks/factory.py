@@ -27,7 +27,7 @@ from harmonyrl.tasks.config import (
     RewardWeightsConfig,
     SqlEnvConfig,
 )
-from harmonyrl.tasks.custom import Expert, custom_expert, custom_factory, require_env_ok
+from harmonyrl.tasks.custom import Expert, HashOrdered, custom_expert, custom_factory, require_env_ok
 
 
 def _weights(cfg: RewardWeightsConfig) -> RewardWeights:
@@ -85,7 +85,8 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
                 seed, env.n_train, env.n_test, env.top_k, env.page_chars, _weights(env.reward), env.tasks_file
             )
         case CustomEnvConfig():  # the user's own: ``seed`` is theirs to take, as an ``env.kwargs`` entry
-            return custom_factory(env.factory, env.kwargs)
+            factory = custom_factory(env.factory, env.kwargs)
+            return HashOrdered(factory) if env.order == "hashed" else factory
     raise AssertionError(f"unhandled env config {type(env).__name__}")  # pragma: no cover - the union is closed
 
 
