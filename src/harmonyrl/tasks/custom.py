@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import random
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.checker import acheck_env, errors
@@ -88,7 +88,7 @@ class HashOrdered:
         self.name = inner.name
         self._splits: dict[str, list[Task]] = {}
 
-    def tasks(self, split: str) -> list[Task]:
+    def tasks(self, split: Literal["train", "test"]) -> list[Task]:
         """``split``'s tasks of the user's factory, in hash order (sorted once per split)."""
         if split not in self._splits:
             self._splits[split] = sorted(self.inner.tasks(split), key=_hash_key)
