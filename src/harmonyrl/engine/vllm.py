@@ -11,7 +11,8 @@ Weight sync (``sync_weights``): the trainer's state dict is saved as ``model.saf
 can read, then generation is paused (``/pause?mode=wait``: the requests in flight finish first), the server loads
 the folder into every parameter (``/collective_rpc`` → ``harmonyrl_load_weights``, the worker extension of
 :mod:`harmonyrl.engine.vllm_worker`: vLLM's own in-place reload, with the MoE experts handed to it one expert at a
-time so they go through its weight loaders, then the attention sinks its reload skips), its weight version is set
+time so they go through its weight loaders, the CPU MoE prepack its update path skips, then the attention sinks it
+skips), its weight version is set
 to the RL step (``/update_weight_version``) and generation resumes. The server must run with
 ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls harmonyrl.engine.vllm_worker.WeightSync``. Each sample
 reports the policy version the server says sampled it (:attr:`Generation.policy_version`; the oldest, should a
