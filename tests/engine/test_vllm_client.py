@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from harmonyrl.config import ConfigError, load_config
 from harmonyrl.engine.config import VllmEngineConfig
-from harmonyrl.engine.vllm import EngineFailure, VllmEngine, request_body
+from harmonyrl.engine.vllm import EngineFailure, VllmEngine, request_body, sample_version
 from harmonyrl.engine.vllm_check import check_server
 from harmonyrl.errors import EngineUnavailable
 from harmonyrl.types import SamplingParams
@@ -141,14 +141,45 @@ def test_weight_sync_saves_then_pauses_reloads_versions_and_resumes(tmp_path: Pa
         seen.append((request.url.path, body))
         if request.url.path == "/collective_rpc":  # the folder is complete when the server is asked to read it
             assert load_file(Path(body["kwargs"]["weights_path"]) / "model.safetensors")["w"].tolist() == [1.0, 2.0]
+            return httpx.Response(200, json={"results": [{"protocol": 1, "tensors": 1, "sinks": 0}]})
         return httpx.Response(200, json={})
 
     client = engine(handler, tmp_path / "sync")
     asyncio.run(client.sync_weights({"w": torch.tensor([1.0, 2.0])}, version=7))
     assert [p for p, _ in seen] == ["/pause", "/collective_rpc", "/update_weight_version", "/resume"]
     assert seen[0][1] == {"mode": "wait"}
-    assert seen[1][1] == {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "sync")}}
+    assert seen[1][1] == {"method": "harmonyrl_load_weights", "kwargs": {"weights_path": str(tmp_path / "sync")}}
     assert seen[2][1] == {"new_version": "7"} and client.policy_version == 7
+
+
+@pytest.mark.parametrize(
+    ("rpc_answer", "message"),
+    [
+        (None, "not every worker's report"),
+        ({"results": [None]}, "not every worker's report"),
+        ({"results": [{"protocol": 2}]}, "not every worker's report"),
+        ({"results": [{"protocol": 1, "error": "RuntimeError: vLLM did not reload x"}]}, "failed: RuntimeError: vLLM"),
+    ],
+)
+def test_a_sync_without_every_workers_report_fails_and_resumes(tmp_path: Path, rpc_answer: Any, message: str) -> None:
+    """vLLM's plain ``reload_weights`` answers with an empty 200: a server without our extension must not pass;
+    neither does a worker that reports what it could not load."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, json=rpc_answer) if request.url.path == "/collective_rpc" else httpx.Response(200)
+
+    with pytest.raises(EngineFailure, match=message):
+        asyncio.run(engine(handler, tmp_path).sync_weights({"w": torch.zeros(1)}, version=1))
+    assert seen == ["/pause", "/collective_rpc", "/resume"]
+
+
+def test_a_samples_version_is_the_oldest_that_sampled_it() -> None:
+    spans = [{"version": "4", "start": 0, "end": 3}, {"version": "5", "start": 3, "end": 9}]
+    assert sample_version(spans, fallback=9) == 4  # a staleness bound must hold for every token
+    assert sample_version([{"version": "default", "start": 0, "end": 2}], fallback=0) == 0
+    assert sample_version([], fallback=2) == 2
 
 
 def test_a_failed_reload_still_resumes_generation(tmp_path: Path) -> None:
@@ -168,8 +199,16 @@ MODEL_CONFIG = SimpleNamespace(
 )
 
 
-def fake_server(monkeypatch: pytest.MonkeyPatch, models: list[dict[str, Any]], paths: list[str]) -> None:
+def fake_server(
+    monkeypatch: pytest.MonkeyPatch,
+    models: list[dict[str, Any]],
+    paths: list[str],
+    rpc: httpx.Response | None = None,
+) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/collective_rpc":  # harmonyrl_sync_protocol, on a server with the extension
+            assert json.loads(request.content)["method"] == "harmonyrl_sync_protocol"
+            return rpc or httpx.Response(200, json={"results": ["1"]})
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": models})
         if request.url.path == "/openapi.json":
@@ -209,6 +248,24 @@ def test_server_problems_are_one_line_before_any_work(
     with pytest.raises(EngineUnavailable) as info:
         check_server(VllmEngineConfig(model="tiny", url="http://vllm.test", **fields), MODEL_CONFIG, 512)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("rpc", "message"),
+    [
+        (httpx.Response(500, json={"error": "no attribute"}), "--worker-extension-cls harmonyrl.engine.vllm_worker"),
+        (httpx.Response(200, json={"results": ["2"]}), "protocol 2, this client speaks 1"),
+    ],
+)
+def test_a_server_without_the_weight_sync_extension_is_refused(
+    monkeypatch: pytest.MonkeyPatch, rpc: httpx.Response, message: str
+) -> None:
+    """Without harmonyrl's worker extension a sync would skip the experts and sinks: refused before any work."""
+    fake_server(monkeypatch, [{"id": "tiny", "max_model_len": 1024}], [*ALL_ROUTES, "/update_weight_version"], rpc)
+    with pytest.raises(EngineUnavailable) as info:
+        check_server(VllmEngineConfig(model="tiny", url="http://vllm.test"), MODEL_CONFIG, 512)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    check_server(VllmEngineConfig(model="tiny", url="http://vllm.test", weight_sync="none"), MODEL_CONFIG, 512)
 
 
 def test_a_served_folder_of_another_shape_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

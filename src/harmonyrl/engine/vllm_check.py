@@ -3,7 +3,9 @@
 Each problem is one :class:`~harmonyrl.errors.EngineUnavailable` line naming the key to change or the server flag
 to add. Checked: the server answers ``/v1/models``; it serves ``rollout.engine.model`` with a context of at least
 ``rollout.max_seq_len``; the model folder it loaded (when this machine can read it) has this model's shape
-(vocab, width, layers, experts); the generation route and, for ``weight_sync=reload``, the dev-mode routes exist.
+(vocab, width, layers, experts); the generation route and, for ``weight_sync=reload``, the dev-mode routes exist
+and the server runs harmonyrl's worker extension at this client's protocol (without it a sync would reload all
+but the MoE experts and the attention sinks: a silently off-policy run).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from harmonyrl.engine.config import VllmEngineConfig
 from harmonyrl.engine.vllm import ROUTES, load_httpx
+from harmonyrl.engine.vllm_worker import EXTENSION_CLS, SYNC_PROTOCOL
 from harmonyrl.errors import EngineUnavailable
 
 SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_local_experts", "num_attention_heads")
@@ -54,7 +57,31 @@ def check_server(config: VllmEngineConfig, model_config: Any, max_seq_len: int) 
             f"the vLLM server at {url} has no {', '.join(missing)}: start it with VLLM_SERVER_DEV_MODE=1 "
             "for rollout.engine.weight_sync=reload"
         )
+    if config.weight_sync == "reload":
+        _check_extension(config)
     return f"vllm {version} at {url} ({config.model}, {config.route})"
+
+
+def _check_extension(config: VllmEngineConfig) -> None:
+    """The server's workers answer ``harmonyrl_sync_protocol`` with this client's :data:`SYNC_PROTOCOL`."""
+    httpx = load_httpx()
+    body = {"method": "harmonyrl_sync_protocol", "timeout": config.connect_timeout_s}
+    try:
+        with httpx.Client(base_url=config.url, timeout=httpx.Timeout(config.request_timeout_s)) as client:
+            answer = client.post("/collective_rpc", json=body)
+            results = answer.json().get("results") if answer.status_code == 200 else None
+    except (httpx.HTTPError, json.JSONDecodeError, AttributeError):
+        results = None
+    if not results:
+        raise EngineUnavailable(
+            f"the vLLM server at {config.url} does not run harmonyrl's weight sync: start it with "
+            f"--worker-extension-cls {EXTENSION_CLS} (harmonyrl importable there; docs/vllm.md)"
+        )
+    if any(str(r) != str(SYNC_PROTOCOL) for r in results):
+        raise EngineUnavailable(
+            f"the vLLM server at {config.url} runs harmonyrl's weight sync protocol {results[0]}, this client "
+            f"speaks {SYNC_PROTOCOL}: install the same harmonyrl in the server's environment"
+        )
 
 
 def _check_shape(root: Any, model_config: Any, url: str) -> None:

