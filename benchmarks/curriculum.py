@@ -1,10 +1,11 @@
 """Does a curriculum or dynamic sampling learn a hard task that plain sampling does not, in the same budget?
 
-    python benchmarks/curriculum.py [--steps 16] [--warm CKPT] [--out DIR] [key=value ...]
+    python benchmarks/curriculum.py [--steps 10] [--warm CKPT] [--out DIR] [key=value ...]
 
-The task: calculator chains (``env.levels``, docs/curriculum.md) with training levels ``--levels`` and held-out
-levels ``--test-levels`` (the hard end). One SFT warm start (or ``--warm``, an SFT checkpoint of the same env)
-is shared by three RL arms with the same seed, steps and episodes per step:
+The task: the calculator with longer numbers (``env.levels``: level L appends L digits to every operand,
+docs/curriculum.md), training levels ``--levels``, held-out levels ``--test-levels``. One warm start, the
+default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a checkpoint), is shared by
+three RL arms with the same seed, steps and episodes per step:
 
 * ``plain``: the training split in order (what every run did before);
 * ``dynamic``: the same stream, with ``rl.sampling.filter_uniform_groups`` refilling the batch (its extra groups
@@ -36,7 +37,7 @@ from harmonyrl.trainer.loop import sft_only, train
 ARMS: dict[str, list[str]] = {
     "plain": [],
     "dynamic": ["rl.sampling.filter_uniform_groups=true", "rl.sampling.max_extra_groups=8"],
-    "curriculum": ["rl.curriculum.target=0.5", "rl.curriculum.start_levels=2", "rl.curriculum.widen_every=2"],
+    "curriculum": ["rl.curriculum.target=0.5", "rl.curriculum.start_levels=1", "rl.curriculum.widen_every=4"],
 }
 
 
@@ -69,11 +70,11 @@ def _minutes(value: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=16, help="RL steps per arm (the budget)")
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--levels", default="1,8", help="training levels LO,HI")
-    parser.add_argument("--test-levels", default="6,8", help="held-out levels LO,HI (the hard end)")
-    parser.add_argument("--target", type=float, default=0.3, help="held-out pass@1 counted as reached")
+    parser.add_argument("--steps", type=int, default=10, help="RL steps per arm (the budget)")
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--levels", default="0,2", help="training levels LO,HI")
+    parser.add_argument("--test-levels", default="0,2", help="held-out levels LO,HI")
+    parser.add_argument("--target", type=float, default=0.15, help="held-out pass@1 counted as reached")
     parser.add_argument("--warm", type=Path, default=None, help="an SFT checkpoint to start from (default: train)")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temp dir)")
@@ -83,20 +84,24 @@ def main() -> None:
     console = Console()
     lo, hi = args.levels.split(",")
     tlo, thi = args.test_levels.split(",")
+    common = ["threads=1", f"output_dir={out}", *args.overrides]
     base = [
-        "threads=1",
+        *common,
         f"env.levels=[{lo},{hi}]",
         f"env.test_levels=[{tlo},{thi}]",
         "env.n_train=4000",
         "env.n_test=200",
+        "rollout.tasks_per_step=8",
+        "rollout.group_size=8",
         f"rl.steps={args.steps}",
         f"eval.every={args.eval_every}",
-        f"output_dir={out}",
+        "eval.n_tasks=60",
+        "eval.samples_per_task=2",
         *args.overrides,
     ]
     warm = args.warm
     if warm is None:
-        warm = asyncio.run(sft_only(load_config(None, [*base, "run_name=warm"]), console))
+        warm = asyncio.run(sft_only(load_config(None, [*common, "run_name=warm"]), console))
     arms = []
     for name in args.arms.split(","):
         run = [*base, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}", *ARMS[name]]

@@ -9,11 +9,11 @@ Splits are disjoint by construction: a problem's split is a hash of its canonica
 sorted, so ``28 * 347 + 1191`` and ``347 * 28 + 1191`` are the same problem), independent of the seed. Task
 generation is prefix-stable: the first k tasks of a split do not depend on ``n_train`` / ``n_test``.
 
-**Difficulty levels** (``env.levels``, for curricula: docs/curriculum.md). By default the problems come from the
-five fixed shapes above. With ``levels=(lo, hi)`` every problem instead gets a level L drawn uniformly from
-``lo..hi`` and is a left-to-right chain of L operations (``+ - *``) over L + 1 operands of ``level_digits``
-digits: a longer expression to copy into the tool and a longer result to copy out. The factory reports each
-task's level (:meth:`CalculatorFactory.difficulty`). Chains are keyed by their text (no operand sorting).
+**Difficulty levels** (``env.levels``, for curricula: docs/curriculum.md). With ``levels=(lo, hi)`` every
+problem gets a level L drawn uniformly from ``lo..hi``: one of the five shapes with L random digits appended to
+every operand (level 0 is the shape itself), so a harder problem has longer numbers to copy into the tool and a
+longer result to copy out, in the layout the default warm start learned. The factory reports each task's level
+(:meth:`CalculatorFactory.difficulty`). Widened problems are keyed by their text (no operand sorting).
 """
 
 from __future__ import annotations
@@ -102,20 +102,23 @@ def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ..
     raise RuntimeError(f"could not draw {n_train} train + {n_test} test distinct problems")
 
 
-def _chain(r: random.Random, level: int, digits: int) -> Problem:
-    """``level`` operations over ``level + 1`` operands of ``digits`` digits, evaluated with precedence."""
-    low, high = 10 ** (digits - 1), 10**digits - 1
-    text = str(r.randint(low, high))
-    for _ in range(level):
-        text += f" {r.choice('+-*')} {r.randint(low, high)}"
-    return Problem(text, f"ch:{text}", int(evaluate(text)))
+_NUMBER = re.compile(r"\d+")
+
+
+def _widened(r: random.Random, level: int) -> Problem:
+    """One of the five shapes with ``level`` random digits appended to every operand (level 0: the shape itself)."""
+    base = r.choice(SHAPES)(r)
+    if level == 0:
+        return base
+    text = _NUMBER.sub(lambda m: m.group(0) + "".join(r.choice("0123456789") for _ in range(level)), base.expression)
+    return Problem(text, f"w{level}:{text}", int(evaluate(text)))
 
 
 def generate_levelled(
-    seed: int, n_train: int, n_test: int, levels: tuple[int, int], digits: int, test_levels: tuple[int, int]
+    seed: int, n_train: int, n_test: int, levels: tuple[int, int], test_levels: tuple[int, int]
 ) -> tuple[tuple[Task, ...], tuple[Task, ...], dict[str, int]]:
-    """(train, test, level of each task id): chains with a level drawn from ``levels`` (train) or ``test_levels``
-    (held out); prefix-stable like :func:`generate_tasks`."""
+    """(train, test, level of each task id): problems with a level drawn from ``levels`` (train) or
+    ``test_levels`` (held out); prefix-stable like :func:`generate_tasks`."""
     rng = random.Random(seed)
     ranges = {"train": levels, "test": test_levels}
     lo, hi = min(levels[0], test_levels[0]), max(levels[1], test_levels[1])
@@ -127,7 +130,7 @@ def generate_levelled(
         if all(len(out[s]) >= want[s] for s in out):
             return tuple(out["train"]), tuple(out["test"]), level_of
         level, template = rng.randint(lo, hi), rng.choice(TEMPLATES)
-        problem = _chain(rng, level, digits)
+        problem = _widened(rng, level)
         split = split_of(problem.key)
         first, last = ranges[split]
         if problem.key in seen or len(out[split]) >= want[split] or not first <= level <= last:
@@ -210,7 +213,6 @@ class CalculatorFactory:
         n_test: int = 500,
         tool_timeout_s: float = 5.0,
         levels: tuple[int, int] | None = None,
-        level_digits: int = 2,
         test_levels: tuple[int, int] | None = None,
     ) -> None:
         if n_train < 0 or n_test < 0:
@@ -221,7 +223,7 @@ class CalculatorFactory:
             self._train, self._test = generate_tasks(seed, n_train, n_test)
         else:
             self._train, self._test, self._levels = generate_levelled(
-                seed, n_train, n_test, levels, level_digits, test_levels or levels
+                seed, n_train, n_test, levels, test_levels or levels
             )
         # One immutable tool + toolbox shared by every episode: schema derivation is done once.
         self._toolbox = Toolbox([Tool.from_function(calculator, timeout_s=tool_timeout_s)])
@@ -233,7 +235,7 @@ class CalculatorFactory:
         return CalculatorEnv(task, self._toolbox)
 
     def difficulty(self, task: Task) -> int | None:
-        """The task's level (number of operations) with ``levels`` set; None for the fixed shapes."""
+        """The task's level (digits added to every operand) with ``levels`` set; None without."""
         return self._levels.get(task.id)
 
 
