@@ -27,12 +27,11 @@ def task_source(config: RunConfig, factory: EnvFactory, saved: Progress | None) 
     state: SourceState | None = saved.state.get("sampling") if saved is not None else None
     if config.rl.curriculum is None:
         if state is None:  # a fresh run, or a checkpoint written before the position was saved
-            cursor = saved.step * config.rollout.tasks_per_step if saved is not None else 0
-            return SequentialTasks(tasks, cursor)
-        cursor = state.get("cursor")
-        if state.get("kind") != "sequential" or not isinstance(cursor, int):
+            return SequentialTasks(tasks, saved.step * config.rollout.tasks_per_step if saved is not None else 0)
+        position = state.get("cursor")
+        if state.get("kind") != "sequential" or not isinstance(position, int):
             raise CheckpointError("the checkpoint's task position is not the plain stream's: resume with its config")
-        return SequentialTasks(tasks, cursor)
+        return SequentialTasks(tasks, position)
     try:
         curriculum = Curriculum(tasks, difficulty_of(factory), config.rl.curriculum, config.seed)
     except ValueError as e:  # start_levels on a custom env without difficulty (config.py checks the built-in ones)
