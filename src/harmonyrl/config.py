@@ -23,6 +23,8 @@ from harmonyrl.engine.config import EngineConfig, LocalEngineConfig, VllmEngineC
 from harmonyrl.envs.loader import TargetError, resolve_target
 from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
+from harmonyrl.rollout.curriculum import CurriculumConfig
+from harmonyrl.rollout.sampling import SamplingConfig
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "experts"]
@@ -177,6 +179,11 @@ class RLConfig(Frozen):
     """MoE routing the trainer's forward uses: its own top-k (none); the experts of the step's first trainer
     pass, reused by every later pass (r2); the experts the engine chose when sampling (r3). Combine weights
     always come from the current router logits, so the router keeps learning (see models/moe_routing.py)."""
+    sampling: SamplingConfig = SamplingConfig()
+    """Dynamic sampling: refill the batch past groups whose rewards are all equal (docs/curriculum.md)."""
+    curriculum: CurriculumConfig | None = None
+    """Draw training tasks towards a target pass rate, easy to hard (null: in order; docs/curriculum.md). Setting
+    any key turns it on, e.g. ``rl.curriculum.target=0.5``."""
 
     @property
     def uses_critic(self) -> bool:
@@ -317,6 +324,17 @@ class RunConfig(Frozen):
         engine = self.rollout.engine
         if self.device == "cuda" and isinstance(engine, LocalEngineConfig) and engine.kernel == "native":
             raise ValueError("rollout.engine.kernel=native runs on the CPU only; with device=cuda use torch or auto")
+        return self
+
+    @model_validator(mode="after")
+    def _levels_need_difficulty(self) -> RunConfig:
+        curriculum, env = self.rl.curriculum, self.env
+        if curriculum is None or curriculum.start_levels is None or env.name == "custom":
+            return self  # a custom env's difficulty method is checked when its factory is built
+        if not isinstance(env, CalculatorEnvConfig) or env.levels is None:
+            raise ValueError(
+                "rl.curriculum.start_levels needs an env that reports task difficulty: env.levels for the calculator"
+            )
         return self
 
     @model_validator(mode="after")

@@ -8,6 +8,12 @@ sometimes wraps the right number in a sentence the grader rejects) so that SFT l
 Splits are disjoint by construction: a problem's split is a hash of its canonical key (commutative operands
 sorted, so ``28 * 347 + 1191`` and ``347 * 28 + 1191`` are the same problem), independent of the seed. Task
 generation is prefix-stable: the first k tasks of a split do not depend on ``n_train`` / ``n_test``.
+
+**Difficulty levels** (``env.levels``, for curricula: docs/curriculum.md). With ``levels=(lo, hi)`` every
+problem gets a level L drawn uniformly from ``lo..hi``: one of the five shapes with L random digits appended to
+every operand (level 0 is the shape itself), so a harder problem has longer numbers to copy into the tool and a
+longer result to copy out, in the layout the default warm start learned. The factory reports each task's level
+(:meth:`CalculatorFactory.difficulty`). Widened problems are keyed by their text (no operand sorting).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Literal, NamedTuple
 from harmonyrl.envs.taskfile import split_of
 from harmonyrl.envs.tools import Tool, Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
-from harmonyrl.tasks.arith import calculator
+from harmonyrl.tasks.arith import calculator, evaluate
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
@@ -96,6 +102,47 @@ def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ..
     raise RuntimeError(f"could not draw {n_train} train + {n_test} test distinct problems")
 
 
+_NUMBER = re.compile(r"\d+")
+
+
+def _widened(r: random.Random, level: int) -> Problem:
+    """One of the five shapes with ``level`` random digits appended to every operand (level 0: the shape itself)."""
+    base = r.choice(SHAPES)(r)
+    if level == 0:
+        return base
+    text = _NUMBER.sub(lambda m: m.group(0) + "".join(r.choice("0123456789") for _ in range(level)), base.expression)
+    return Problem(text, f"w{level}:{text}", int(evaluate(text)))
+
+
+def generate_levelled(
+    seed: int, n_train: int, n_test: int, levels: tuple[int, int], test_levels: tuple[int, int]
+) -> tuple[tuple[Task, ...], tuple[Task, ...], dict[str, int]]:
+    """(train, test, level of each task id): problems with a level drawn from ``levels`` (train) or
+    ``test_levels`` (held out); prefix-stable like :func:`generate_tasks`."""
+    rng = random.Random(seed)
+    ranges = {"train": levels, "test": test_levels}
+    lo, hi = min(levels[0], test_levels[0]), max(levels[1], test_levels[1])
+    out: dict[Literal["train", "test"], list[Task]] = {"train": [], "test": []}
+    want = {"train": n_train, "test": n_test}
+    level_of: dict[str, int] = {}
+    seen: set[str] = set()
+    for _ in range(100 * (n_train + n_test) + 1000):
+        if all(len(out[s]) >= want[s] for s in out):
+            return tuple(out["train"]), tuple(out["test"]), level_of
+        level, template = rng.randint(lo, hi), rng.choice(TEMPLATES)
+        problem = _widened(rng, level)
+        split = split_of(problem.key)
+        first, last = ranges[split]
+        if problem.key in seen or len(out[split]) >= want[split] or not first <= level <= last:
+            continue
+        seen.add(problem.key)
+        task_id = f"calculator-{seed}-{split}-{len(out[split]):05d}"
+        prompt = template.format(expr=problem.expression)
+        out[split].append(Task(id=task_id, prompt=prompt, answer=str(problem.value), split=split))
+        level_of[task_id] = level
+    raise RuntimeError(f"could not draw {n_train} train + {n_test} test distinct problems at levels {levels}")
+
+
 def expression_of(task: Task) -> str:
     match = _EXPR_RE.search(task.prompt)
     if match is None:
@@ -159,11 +206,25 @@ class CalculatorEnv:
 class CalculatorFactory:
     name = "calculator"
 
-    def __init__(self, seed: int = 0, n_train: int = 20_000, n_test: int = 500, tool_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        n_train: int = 20_000,
+        n_test: int = 500,
+        tool_timeout_s: float = 5.0,
+        levels: tuple[int, int] | None = None,
+        test_levels: tuple[int, int] | None = None,
+    ) -> None:
         if n_train < 0 or n_test < 0:
             raise ValueError("n_train and n_test must be >= 0")
         self.seed = seed
-        self._train, self._test = generate_tasks(seed, n_train, n_test)
+        self._levels: dict[str, int] = {}
+        if levels is None:
+            self._train, self._test = generate_tasks(seed, n_train, n_test)
+        else:
+            self._train, self._test, self._levels = generate_levelled(
+                seed, n_train, n_test, levels, test_levels or levels
+            )
         # One immutable tool + toolbox shared by every episode: schema derivation is done once.
         self._toolbox = Toolbox([Tool.from_function(calculator, timeout_s=tool_timeout_s)])
 
@@ -172,6 +233,10 @@ class CalculatorFactory:
 
     def make(self, task: Task) -> CalculatorEnv:
         return CalculatorEnv(task, self._toolbox)
+
+    def difficulty(self, task: Task) -> int | None:
+        """The task's level (digits added to every operand) with ``levels`` set; None without."""
+        return self._levels.get(task.id)
 
 
 # ---- scripted expert ---------------------------------------------------------------------------------

@@ -38,6 +38,20 @@ class CalculatorEnvConfig(Frozen):
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a tool-using demonstration answers in a sentence ("The answer is 42.") instead of the
     bare number the grader requires: headroom for RL that costs the warm start no copying practice."""
+    levels: tuple[int, int] | None = None
+    """Difficulty range (lowest, highest) of generated problems: level L appends L digits to every operand of the
+    usual problem shapes (docs/curriculum.md); null: the usual problems, reporting no difficulty."""
+    test_levels: tuple[int, int] | None = None
+    """Difficulty range of the held-out problems (with ``levels``; null: the same as ``levels``)."""
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> CalculatorEnvConfig:
+        for name, pair in (("levels", self.levels), ("test_levels", self.test_levels)):
+            if pair is not None and not 0 <= pair[0] <= pair[1] <= 6:
+                raise ValueError(f"env.{name} must be (lowest, highest) with 0 <= lowest <= highest <= 6")
+        if self.test_levels is not None and self.levels is None:
+            raise ValueError("env.test_levels needs env.levels")
+        return self
 
 
 class RewardWeightsConfig(Frozen):

@@ -50,7 +50,7 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
         case CalculatorEnvConfig():
             from harmonyrl.tasks.calculator import CalculatorFactory
 
-            return CalculatorFactory(seed, env.n_train, env.n_test, tool_timeout_s=env.tool_timeout_s)
+            return CalculatorFactory(seed, env.n_train, env.n_test, env.tool_timeout_s, env.levels, env.test_levels)
         case RetoolEnvConfig():
             from harmonyrl.tasks.retool import DEFAULT_LIMITS, RetoolFactory
 

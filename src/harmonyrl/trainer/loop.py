@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from harmonyrl.harmony.codecs import RunCodec, load_codec
 from harmonyrl.models.lora import merged_state_dict
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
-from harmonyrl.rollout.scheduler import group_requests, run_episodes
+from harmonyrl.rollout.sampling import sample_step
+from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, run_episodes
 from harmonyrl.rollout.store import step_path, write_step
 from harmonyrl.tasks.factory import check_before_compute, expert_for
 from harmonyrl.telemetry.episodes import append_episodes
@@ -61,6 +63,7 @@ from harmonyrl.trainer.setup import (
 )
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
 from harmonyrl.trainer.skipped_updates import SkippedUpdates
+from harmonyrl.trainer.task_choice import task_source
 from harmonyrl.types import SamplingParams
 
 
@@ -145,6 +148,7 @@ async def train(
     try:
         await check_before_compute(config.env, factory, config.seed, _expert_steps(config), config.sft.expert)
         held_out_tasks(config, factory)  # an empty test split fails here, before SFT and before the run folder
+        task_source(config, factory, None)  # so does a curriculum the env cannot serve
         if world.distributed:  # rank 0 opens the folder, the others follow (trainer/ranks.py)
             run_dir, model, saved = open_run_on(world, config, tok, resume, overwrite)
         else:
@@ -224,23 +228,27 @@ async def _train_in(
         top_k=r.top_k,
         stop_ids=(tok.special.call, tok.special.return_),
     )
-    train_tasks = factory.tasks("train")
+    source = task_source(config, factory, saved if in_rl else None)  # the plain stream or a curriculum
     progress.start("rl", config.rl.steps, done=first)
     for step in range(first, config.rl.steps):
         t0 = time.perf_counter()
-        offset = (step * r.tasks_per_step) % len(train_tasks)
-        tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
-        requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
-        rollout = engine_window = None
+        rollout = engine_window = sampled = None
         if engine is not None:  # rank 0; the other ranks get the episodes from it
             engine_window = engine.metrics_window()
-            rollout = await run_episodes(
-                engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
-            )
-        trajectories = broadcast(None if rollout is None else rollout.trajectories, world)
+
+            def run(requests: Sequence[EpisodeRequest], f: EnvFactory = step_factory) -> Awaitable[RolloutResult]:
+                return run_episodes(engine, f, tok, requests, params, limits, r.engine.concurrency,
+                                    r.retry_faulted_groups)  # fmt: skip
+
+            seed = config.seed * 100_003 + step
+            sampled = await sample_step(run, source, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
+            rollout = sampled.rollout
+        shared = None if sampled is None else (sampled.rollout.trajectories, sampled.trained, sampled.metrics)
+        trajectories, trained, sampling_metrics = broadcast(shared, world)
         tripped = breaker.observe(trajectories)
         metrics = summarize_rollouts(trajectories) | time_split(trajectories)
+        metrics |= sampling_metrics | source.observe(trajectories)
         metrics |= (rollout.fault_metrics() if rollout is not None else {}) | injected_metrics(step_factory)
         metrics |= env_pool_metrics(factory)
         if config.telemetry.record_episodes and world.is_main:
@@ -249,7 +257,7 @@ async def _train_in(
             write_step(step_path(run_dir, step + 1), step + 1, trajectories)
         t1 = time.perf_counter()
         metrics |= engine_window(t1 - t0) if engine_window is not None else {}
-        update = learner.update(trajectories)
+        update = learner.update(trained)  # the trajectories themselves unless dynamic sampling filtered them
         metrics |= update.metrics
         metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", trajectories)
         if update.applied:
@@ -278,6 +286,7 @@ async def _train_in(
             world=world,
             learner=learner.extra_state(),
             faults=breaker.state(),
+            sampling=source.state(),
         )
         if tripped is not None:
             progress.stop()
