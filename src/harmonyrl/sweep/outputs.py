@@ -94,10 +94,11 @@ def write_plot(trials: Sequence[TrialRow], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for state, marker, colour in (("complete", "o", "tab:blue"), ("pruned", "s", "tab:orange")):
+    shown = (("complete", "o", "tab:blue", "complete"), ("pruned", "s", "tab:orange", "pruned (last periodic eval)"))
+    for state, marker, colour, label in shown:
         pts = [(r.number, r.value) for r in trials if r.state == state and r.value is not None]
         if pts:
-            ax.scatter(*zip(*pts, strict=True), marker=marker, color=colour, label=state, zorder=3)
+            ax.scatter(*zip(*pts, strict=True), marker=marker, color=colour, label=label, zorder=3)
     failed = [r.number for r in trials if r.state == "failed"]
     if failed:
         ax.scatter(failed, [0.0] * len(failed), marker="x", color="tab:red", label="failed", zorder=3)
