@@ -175,6 +175,29 @@ def test_resume_requeues_a_trial_the_killed_sweep_left_running(tmp_path: Path) -
     assert table[1]["error"] == "interrupted: the sweep process ended while it ran"  # and it did not count
 
 
+def test_ctrl_c_stops_the_running_trials_and_resume_runs_them_again(tmp_path: Path) -> None:
+    waited: list[bool] = []
+
+    def runner(job: TrialJob, report: Reporter, stop: threading.Event) -> TrialOutcome:
+        if job.number == 1:  # Ctrl-C reaches the sweep while trials 0 and 1 run
+            raise KeyboardInterrupt
+        waited.append(stop.wait(30))  # trial 0 runs until the sweep says stop
+        return TrialOutcome("failed", None, 0.01, "interrupted: the sweep stopped")
+
+    with pytest.raises(command.SweepError, match="sweep stopped: continue it with harmonyrl sweep --resume"):
+        _start(tmp_path, runner, trials=4, jobs=2)
+    folder = tmp_path / "sw"
+    assert waited == [True]  # the running trial was told to stop, not left behind
+    table = _csv(folder)
+    assert [r["state"] for r in table] == ["failed", "failed"]
+    assert {r["error"] for r in table} == {"interrupted: the sweep was stopped"}
+    more, out = FakeRunner(), io.StringIO()
+    command.resume(Console(file=out, width=200), folder, 4, 1, runner=more)
+    assert "trials: 0 done, 4 to run" in out.getvalue()  # interrupted trials do not count
+    rerun = [{k: str(v) for k, v in j.params.items()} for j in more.jobs[:2]]
+    assert rerun == [{k: r[k] for k in ("rl.lr", "rollout.group_size")} for r in table]  # their values run first
+
+
 def test_new_sweep_refuses_a_used_folder(tmp_path: Path) -> None:
     folder, _ = _start(tmp_path, FakeRunner(), trials=1)
     with pytest.raises(command.SweepError, match="exists and is not empty: continue it with --resume"):

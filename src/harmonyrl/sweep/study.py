@@ -238,14 +238,14 @@ def run_trials(
                     running[pool.submit(runner, job, reporter(trial), stop)] = trial
                 done, _ = wait(running, return_when=FIRST_COMPLETED) if running else (set(), set())
                 for future in done:
+                    outcome = _outcome(future)  # before the trial leaves ``running``: it may re-raise Ctrl-C
                     trial = running.pop(future)
-                    outcome = _outcome(future)
                     record(study, trial, outcome)
                     on_done(study, trial.number, outcome)
         except KeyboardInterrupt:
             stop.set()
-            for future, trial in running.items():
-                _outcome(future)  # the runner ends its process once ``stop`` is set
+            wait(running)  # each runner ends its process once ``stop`` is set
+            for trial in running.values():
                 trial.set_user_attr(INTERRUPTED, True)
                 trial.set_user_attr("error", "interrupted: the sweep was stopped")
                 study.tell(trial, state=TrialState.FAIL)
