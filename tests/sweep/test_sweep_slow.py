@@ -41,7 +41,7 @@ def test_six_trial_study_on_the_calculator(tmp_path: Path) -> None:
     assert all(r["rollout.group_size"] in ("2", "4") and 1e-5 <= float(r["rl.lr"]) <= 1e-3 for r in table)
     assert len({r["rl.lr"] for r in table}) == 6
     best = load_config(out / "best_config.yaml")  # a config `train -c` accepts
-    assert best.model.init_from == start and best.rl.steps == 4 and best.run_name is None
+    assert best.model.init_from == start and best.rl.steps == 4 and best.run_name is None and best.eval.every == 0
     assert any(float(r["rl.lr"]) == best.rl.lr for r in table if r["state"] == "complete")
     assert (out / "trials.png").stat().st_size > 1000
 

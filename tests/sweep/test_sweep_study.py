@@ -81,15 +81,17 @@ def test_outputs_of_a_study(tmp_path: Path) -> None:
     best = load_config(folder / "best_config.yaml")
     assert best.rl.lr == float(top["rl.lr"]) and best.rollout.group_size == int(top["rollout.group_size"])
     assert best.rl.steps == 8 and best.run_name is None and best.threads == 1
+    assert best.eval.every == 0  # the periodic evaluation the sweep added to prune on is the trials' only
     assert (folder / "trials.png").stat().st_size > 1000
     # each trial got its own run folder under the sweep folder and a config for it
     assert sorted(j.run_dir.name for j in runner.jobs) == [f"trial_{i:04d}" for i in range(5)]
     trial_cfg = load_config(runner.jobs[0].config_path)
     assert trial_cfg.output_dir == folder / "trials" and trial_cfg.run_name == runner.jobs[0].run_dir.name
+    assert trial_cfg.eval.every == 2  # a quarter of rl.steps=8, so the pruner has something to act on
     # the objective is named; without a terminal the table is plain lines, the best marked
     assert "objective: held-out pass@1 after RL" in printed
     assert f"\n{top['trial']} | complete | " in printed and " *" in printed
-    assert "eval.every=2" in printed  # pruning needs periodic evaluations: a quarter of rl.steps=8
+    assert "added for pruning (not in best_config.yaml): eval.every=2" in printed
 
 
 def test_failed_trial_is_recorded_not_fatal(tmp_path: Path) -> None:

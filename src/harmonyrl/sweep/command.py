@@ -46,25 +46,25 @@ def need_optuna() -> None:
 def new_spec(
     config_file: Path | None, overrides: Sequence[str], params: Sequence[str], space_file: Path | None, trials: int,
     seed: int, prune: bool,
-) -> tuple[SweepSpec, RunConfig]:  # fmt: skip
-    """The spec of a new sweep, checked against the config schema (see the module doc), and its base config.
+) -> SweepSpec:  # fmt: skip
+    """The spec of a new sweep, checked against the config schema (see the module doc).
     Pruning needs periodic held-out evaluations: without ``eval.every`` the sweep sets it to a quarter of
     ``rl.steps``."""
     space = build_space(space_file, params)
     base = load_config(config_file, list(overrides))
     fixed = list(overrides)
-    if prune and base.eval.every == 0:
-        fixed.append(f"eval.every={max(1, base.rl.steps // 4)}")
-    check_space(space, fixed, lambda extra: load_config(config_file, extra))
+    pruning = [f"eval.every={max(1, base.rl.steps // 4)}"] if prune and base.eval.every == 0 else []
+    check_space(space, fixed, lambda extra: load_config(config_file, [*pruning, *extra]))
     spec = SweepSpec(
         fixed=tuple(fixed),
+        for_pruning=tuple(pruning),
         space=space,
         seed=seed,
         tpe_startup=max(2, min(10, trials // 3)),
         prune=prune,
         prune_after=max(2, min(5, trials // 4)),
     )
-    return spec, load_config(config_file, fixed)
+    return spec
 
 
 def start(
@@ -73,7 +73,7 @@ def start(
     runner: TrialRunner = run_train_process,
 ) -> Sweep:  # fmt: skip
     """A new sweep in folder ``out``: ``trials`` trials, ``jobs`` at a time."""
-    spec, _ = new_spec(config_file, overrides, params, space_file, trials, seed, prune)
+    spec = new_spec(config_file, overrides, params, space_file, trials, seed, prune)
     need_optuna()
     sweep = create_sweep(out, config_file, spec)
     return run(console, sweep, trials, jobs, runner)
@@ -138,6 +138,9 @@ def _announce(
     console.print("space: " + "  ".join(describe(k, p) for k, p in spec.space.items()), highlight=False, soft_wrap=True)
     if spec.fixed:
         console.print("fixed: " + "  ".join(spec.fixed), highlight=False, soft_wrap=True)
+    if spec.for_pruning:
+        added = "  ".join(spec.for_pruning)
+        console.print(f"added for pruning (not in best_config.yaml): {added}", highlight=False, soft_wrap=True)
     done = counted(study)
     again = f", {requeued} interrupted trial(s) queued again" if requeued else ""
     console.print(

@@ -123,8 +123,8 @@ def write_plot(trials: Sequence[TrialRow], path: Path) -> None:
 
 def write_best_config(sweep: Sweep, winner: TrialRow, total: int, path: Path) -> None:
     """``best_config.yaml``: the base config with the best trial's values, which ``harmonyrl train -c`` runs (its
-    own run name and threads, as the base config had them)."""
-    cfg = sweep.config([override(k, v) for k, v in winner.params.items()])
+    own run name and threads, as the base config had them; without the ``eval.every`` the sweep added to prune)."""
+    cfg = sweep.config([override(k, v) for k, v in winner.params.items()], trial=False)
     header = (
         f"# harmonyrl sweep {sweep.folder}: best of {total} trials, trial {winner.number}, "
         f"{OBJECTIVE} {winner.value:.4g}\n# run it: harmonyrl train -c {path}\n"

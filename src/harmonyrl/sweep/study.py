@@ -50,6 +50,9 @@ class SweepSpec(Frozen):
     """The base config file inside the sweep folder (a copy of ``-c``), or none: the defaults."""
     fixed: tuple[str, ...] = ()
     """Overrides every trial gets (``key=value``, as ``harmonyrl train`` takes them)."""
+    for_pruning: tuple[str, ...] = ()
+    """Overrides the sweep added so the pruner has periodic evaluations (``eval.every``): given to the trials, left
+    out of ``best_config.yaml``."""
     space: dict[str, Param]
     """The searched config keys and their ranges."""
     seed: int = 0
@@ -73,10 +76,12 @@ class Sweep:
     def db(self) -> Path:
         return self.folder / "study.db"
 
-    def config(self, extra: list[str] | tuple[str, ...] = ()) -> RunConfig:
-        """The base config with the fixed overrides and ``extra`` ones (ConfigError on a mistake)."""
+    def config(self, extra: list[str] | tuple[str, ...] = (), trial: bool = True) -> RunConfig:
+        """The base config with the fixed overrides (and, for a ``trial``, the pruning ones) and ``extra`` ones
+        (ConfigError on a mistake)."""
         base = None if self.spec.base is None else self.folder / self.spec.base
-        return load_config(base, [*self.spec.fixed, *extra])
+        pruning = self.spec.for_pruning if trial else ()
+        return load_config(base, [*self.spec.fixed, *pruning, *extra])
 
     def trial_config(self, number: int, params: Mapping[str, Scalar], threads: int) -> RunConfig:
         """Trial ``number``'s whole config: the base, its parameters, its run folder and its share of the cores."""
