@@ -7,7 +7,10 @@ import csv
 import io
 import json
 import math
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -25,7 +28,7 @@ from harmonyrl.sweep.runner import (
     error_line,
     run_train_process,
 )
-from harmonyrl.sweep.study import STUDY_NAME, open_sweep
+from harmonyrl.sweep.study import STUDY_NAME, open_sweep, term_as_interrupt
 
 SPACE = ["rl.lr=log:1e-5:1e-3", "rollout.group_size=choice:4,8"]
 FIXED = ["rl.steps=8", "threads=1"]
@@ -198,6 +201,14 @@ def test_ctrl_c_stops_the_running_trials_and_resume_runs_them_again(tmp_path: Pa
     assert "trials: 0 done, 4 to run" in out.getvalue()  # interrupted trials do not count
     rerun = [{k: str(v) for k, v in j.params.items()} for j in more.jobs[:2]]
     assert rerun == [{k: r[k] for k in ("rl.lr", "rollout.group_size")} for r in table]  # their values run first
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), term_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+    assert signal.getsignal(signal.SIGTERM) == before  # and is removed after
 
 
 def test_new_sweep_refuses_a_used_folder(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from harmonyrl.sweep.study import (
     open_sweep,
     requeue_interrupted,
     run_trials,
+    term_as_interrupt,
 )
 from harmonyrl.threads import available_cores
 
@@ -91,10 +92,12 @@ def run(console: Console, sweep: Sweep, trials: int, jobs: int, runner: TrialRun
         base = sweep.config()
         threads = max(1, (base.threads or available_cores()) // jobs)
         study = load_study(sweep)
+        already = len(study.get_trials(deepcopy=False))  # the TPE seed moved on by as many (load_study)
         requeued = requeue_interrupted(study)
-        _announce(console, sweep, base, study, trials, jobs, threads, requeued)
+        _announce(console, sweep, base, study, trials, jobs, threads, (already, requeued))
         try:
-            run_trials(sweep, study, sweep.spec.space, trials, jobs, threads, runner, _on_done(console, sweep))
+            with term_as_interrupt():
+                run_trials(sweep, study, sweep.spec.space, trials, jobs, threads, runner, _on_done(console, sweep))
         except KeyboardInterrupt:
             write_outputs(sweep, study)
             raise SweepError(f"sweep stopped: continue it with harmonyrl sweep --resume {sweep.folder}") from None
@@ -114,14 +117,17 @@ def run(console: Console, sweep: Sweep, trials: int, jobs: int, runner: TrialRun
 
 def _announce(
     console: Console, sweep: Sweep, base: RunConfig, study: optuna.Study, trials: int, jobs: int, threads: int,
-    requeued: int,
+    resumed: tuple[int, int],
 ) -> None:  # fmt: skip
-    """What is searched and how, before the first trial."""
+    """What is searched and how, before the first trial; ``resumed``: trials already in the study, and how many of
+    them a killed sweep left running (queued again)."""
     spec, ev = sweep.spec, base.eval
+    already, requeued = resumed
+    seed = f"{spec.seed} + {already} (trials already in the study)" if already else str(spec.seed)
     console.print(f"sweep folder [bold]{sweep.folder}[/]  study {sweep.db}", soft_wrap=True)
     console.print(
         f"objective: {OBJECTIVE} (eval/success: {ev.n_tasks} held-out tasks × {ev.samples_per_task} samples at "
-        f"T={ev.temperature:g}, seed {base.seed}), maximised; TPE sampler seed {spec.seed}",
+        f"T={ev.temperature:g}, seed {base.seed}), maximised; TPE sampler seed {seed}",
         highlight=False,
         soft_wrap=True,
     )

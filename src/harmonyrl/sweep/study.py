@@ -6,21 +6,23 @@ SQLite) and ``trials/`` (each trial's config, console log and run folder). Trial
 its own process (:mod:`harmonyrl.sweep.runner`); Optuna is asked for a trial in this process's main thread and told
 its outcome there too, so only the pruner's reports come from the threads that watch the processes.
 
-A trial cut short because the sweep stopped (Ctrl-C, or the sweep process killed) is recorded as failed and marked
-``interrupted``; it does not count towards ``--trials``, and its parameters are queued so ``--resume`` runs them
-first.
+A trial cut short because the sweep stopped (Ctrl-C or SIGTERM, or the sweep process killed) is recorded as failed
+and marked ``interrupted``; it does not count towards ``--trials``, and its parameters are queued so ``--resume``
+runs them first.
 """
 
 from __future__ import annotations
 
 import fcntl
 import shutil
+import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import yaml
@@ -122,6 +124,25 @@ def locked(sweep: Sweep) -> Iterator[None]:
         except BlockingIOError:
             raise SweepError(f"sweep folder '{sweep.folder}' is in use by another harmonyrl sweep") from None
         yield
+
+
+@contextmanager
+def term_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill PID``, a batch system ending the job) stops the sweep as Ctrl-C does: the running trials'
+    processes are ended and recorded as interrupted, instead of outliving the sweep. Main thread only (Python
+    delivers signals there); elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def load_study(sweep: Sweep) -> optuna.Study:
