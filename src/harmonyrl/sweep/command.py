@@ -56,7 +56,7 @@ def new_spec(
     fixed = list(overrides)
     pruning = [f"eval.every={max(1, base.rl.steps // 4)}"] if prune and base.eval.every == 0 else []
     check_space(space, fixed, lambda extra: load_config(config_file, [*pruning, *extra]))
-    spec = SweepSpec(
+    return SweepSpec(
         fixed=tuple(fixed),
         for_pruning=tuple(pruning),
         space=space,
@@ -65,7 +65,6 @@ def new_spec(
         prune=prune,
         prune_after=max(2, min(5, trials // 4)),
     )
-    return spec
 
 
 def start(
