@@ -59,7 +59,7 @@ OverridesArg = Annotated[
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, emoji=False)
     return typer.Exit(code=code)
 
 
@@ -309,6 +309,45 @@ def compare_cmd(
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     console.print(f"comparison: [bold]{out / 'compare.md'}[/]  plot: [bold]{out / 'compare.png'}[/]")
+
+
+@app.command(name="sweep")
+def sweep_cmd(
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="KEY=float:LOW:HIGH[:STEP] | log:LOW:HIGH | int:LOW:HIGH[:STEP] | choice:A,B"),
+    ] = None,
+    space: Annotated[Path | None, typer.Option("--space", help="YAML search space: {dotted.key: SPEC}.")] = None,
+    trials: Annotated[int, typer.Option(min=1, help="Trials in all (a resumed sweep counts its earlier ones).")] = 20,
+    jobs: Annotated[int, typer.Option(min=1, help="Trials run at once, each in its own process.")] = 1,
+    out: Annotated[Path | None, typer.Option(help="New sweep folder (default: runs/sweep-<time>).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue this sweep folder's study.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the TPE sampler (default 0).")] = None,
+    prune: Annotated[
+        bool | None, typer.Option(help="Stop trials whose periodic held-out pass@1 trails (median; default on).")
+    ] = None,
+    config: ConfigOpt = None,
+    overrides: OverridesArg = None,
+) -> None:
+    """Search config values with Optuna (TPE, median pruning): each trial a `harmonyrl train` process; writes
+    best_config.yaml, trials.csv and trials.png to the sweep folder (docs/sweeps.md)."""
+    _one_process("sweep")
+    from harmonyrl.sweep import command
+    from harmonyrl.sweep.space import SpaceError
+    from harmonyrl.sweep.study import SweepError
+    from harmonyrl.trainer.run_folder import default_run_name
+
+    try:
+        if resume is None:
+            folder = out or Path("runs") / f"sweep-{default_run_name()}"
+            options = (config, overrides or [], param or [], space, trials, jobs, seed or 0, prune is not False)
+            command.start(console, folder, *options)
+        elif any(x not in (None, []) for x in (config, overrides, param, space, out, seed, prune)):
+            raise SweepError("--resume continues the folder's own search: give only --trials and --jobs with it")
+        else:
+            command.resume(console, resume, trials, jobs)
+    except (ConfigError, SpaceError, SweepError) as e:
+        raise _fail(str(e)) from None
 
 
 @app.command(name="check-env")
