@@ -66,6 +66,9 @@ class ModelConfig(Frozen):
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
     tokenizer: TokenizerName = "harmonyrl_bpe"
     """Vocabulary: the shipped 1,024-id BPE, or GPT-OSS's real o200k_harmony (201,088 ids, needs bpe-openai)."""
+    head_init: Literal["random", "embedding"] = "random"
+    """A fresh model's LM head: random, or a copy of the input embedding (still untied; what lets a tiny model
+    copy numbers with o200k_harmony's 201k ids: docs/o200k.md). Not with ``init_from``."""
     lora: LoraConfig | None = None
     """LoRA adapters instead of full fine-tuning (null: full). Setting any key turns it on, e.g. ``model.lora.r=16``
     (``pip install 'harmonyrl[lora]'``)."""
@@ -82,6 +85,12 @@ class ModelConfig(Frozen):
         if path is not None and not (path / "config.json").is_file():
             raise ValueError(f"'{path}' is not a checkpoint folder (no config.json inside)")
         return path
+
+    @model_validator(mode="after")
+    def _head_init_is_fresh(self) -> ModelConfig:
+        if self.head_init != "random" and self.init_from is not None:
+            raise ValueError("model.head_init applies to a fresh model only: it cannot be set with model.init_from")
+        return self
 
 
 class SFTConfig(Frozen):

@@ -20,6 +20,8 @@ from harmonyrl.models.load import load_checkpoint
 from harmonyrl.models.lora import ADAPTER_FILE, adapter_state_dict, has_lora, merged_state_dict
 
 PresetName = Literal["nano", "micro", "small"]
+HeadInit = Literal["random", "embedding"]
+"""How the (untied) LM head starts: transformers' random init, or a copy of the input embedding's rows."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,24 @@ def build_config(
     )
 
 
-def build_model(config: GptOssConfig, seed: int) -> GptOssForCausalLM:
-    """Randomly initialised model in fp32, deterministic given ``seed``."""
+def build_model(config: GptOssConfig, seed: int, head_init: HeadInit = "random") -> GptOssForCausalLM:
+    """Randomly initialised model in fp32, deterministic given ``seed``.
+
+    ``head_init="embedding"`` starts the LM head as a copy of the input embedding (the weights stay two
+    parameters, untied, as GPT-OSS's are): a token's output row then points along its input row, so the
+    residual stream carrying a token already scores that token highest and copying a prompt token is an
+    attention pattern to learn, not one aligned (embedding, head) row pair per token. With a 201k vocabulary,
+    where each of o200k's ~1,100 number tokens (digits in groups of up to three) is seen a handful of times in
+    a warm start, that is what lets a tiny model copy numbers (docs/o200k.md). The random draws are the same
+    either way: the copy replaces the head's after init.
+    """
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = GptOssForCausalLM(config)
     model.float()  # in place
+    if head_init == "embedding":
+        with torch.no_grad():
+            model.lm_head.weight.copy_(model.model.embed_tokens.weight)
     return model
 
 

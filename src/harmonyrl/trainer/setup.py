@@ -149,7 +149,7 @@ def make_model(config: RunConfig, tok: RunCodec) -> GptOssForCausalLM:
         tok.special.return_,
         max_positions=max(1024, config.rollout.max_seq_len),
     )
-    return for_training(config, build_model(mcfg, seed=config.seed))
+    return for_training(config, build_model(mcfg, seed=config.seed, head_init=config.model.head_init))
 
 
 def resume_model(config: RunConfig, tok: RunCodec, folder: Path) -> GptOssForCausalLM:
