@@ -29,11 +29,8 @@ from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.harmony.render import render_completion, render_prompt
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.models.tiny_gpt_oss import load_model, save_model
+from harmonyrl.rewards.files import FORMAT, HEAD_FILE, META_FILE
 from harmonyrl.types import Message
-
-META_FILE = "reward_model.json"
-HEAD_FILE = "reward_head.safetensors"
-FORMAT = "harmonyrl-reward-model/1"
 
 
 def answer_ids(codec: Codec, prompt: Sequence[Message], answer: Sequence[Message], max_len: int) -> list[int]:
@@ -64,7 +61,8 @@ class RewardModel(torch.nn.Module):
         hidden = self.lm.model(input_ids=ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
         last = attention_mask.sum(dim=1) - 1  # each row's last real token
         picked = hidden[torch.arange(ids.shape[0], device=ids.device), last]  # [B, H]
-        return self.head(picked).squeeze(-1)
+        scores: torch.Tensor = self.head(picked).squeeze(-1)
+        return scores
 
     def batch(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded ids and attention mask ``[B, T]`` of ``rows`` (each non-empty)."""

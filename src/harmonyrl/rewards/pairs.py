@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harmonyrl.types import CHANNELS, Message
+from harmonyrl.types import CHANNELS, Message, Role
 
-PROMPT_ROLES = ("system", "developer", "user", "assistant", "tool")
+PROMPT_ROLES: tuple[Role, ...] = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,11 @@ def _messages(value: object, field: str, answer: bool) -> tuple[Message, ...]:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not isinstance(item.get("content"), str):
             raise PairFormatError(f"'{field}[{i}]' must be an object with a string 'content'")
-        role, channel = item.get("role"), item.get("channel")
-        allowed = ("assistant",) if answer else PROMPT_ROLES
-        if role not in allowed:
-            raise PairFormatError(f"'{field}[{i}]' role {role!r} is not one of {list(allowed)}")
+        channel = item.get("channel")
+        allowed: tuple[Role, ...] = ("assistant",) if answer else PROMPT_ROLES
+        role = next((r for r in allowed if r == item.get("role")), None)
+        if role is None:
+            raise PairFormatError(f"'{field}[{i}]' role {item.get('role')!r} is not one of {list(allowed)}")
         if channel is not None and channel not in CHANNELS:
             raise PairFormatError(f"'{field}[{i}]' channel {channel!r} is not one of {list(CHANNELS)}")
         if answer and channel is None:
