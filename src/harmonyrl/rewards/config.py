@@ -3,14 +3,16 @@ episodes) and ``harmonyrl rm train`` (training a reward model on preference pair
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
-from harmonyrl.rewards.files import HEAD_FILE, META_FILE
+from harmonyrl.rewards.files import FORMAT, HEAD_FILE, META_FILE
 
 DEFAULT_RUBRIC = (
     "You grade how well an answer follows every instruction in the user's request. "
@@ -60,14 +62,31 @@ class RewardConfig(Frozen):
     @field_validator("model")
     @classmethod
     def _is_reward_model(cls, path: Path | None) -> Path | None:
-        if path is not None and not ((path / META_FILE).is_file() and (path / HEAD_FILE).is_file()):
-            raise ValueError(f"'{path}' is not a reward model folder (no {META_FILE}; harmonyrl rm train makes one)")
+        if path is None:
+            return None
+        try:
+            reward_model_tokenizer(path)
+        except ValueError as e:  # a custom error: the message reads without pydantic's "Value error, "
+            raise PydanticCustomError("reward_model", "{reason}", {"reason": str(e)}) from None
         return path
 
     @property
     def active(self) -> bool:
         """Anything besides the env's own reward, or the env's reward reweighted."""
         return self.model is not None or self.judge is not None or self.env_weight != 1.0
+
+
+def reward_model_tokenizer(path: Path) -> str:
+    """The tokenizer a reward model folder was trained with; ``ValueError`` (one line) if it is not such a folder."""
+    if not ((path / META_FILE).is_file() and (path / HEAD_FILE).is_file()):
+        raise ValueError(f"'{path}' is not a reward model folder (no {META_FILE}; harmonyrl rm train makes one)")
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"'{path / META_FILE}' is not readable JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("tokenizer"), str):
+        raise ValueError(f"'{path / META_FILE}' is not a {FORMAT} file")
+    return str(meta["tokenizer"])
 
 
 class RMTrainConfig(Frozen):

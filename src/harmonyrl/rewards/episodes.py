@@ -15,6 +15,15 @@ def episode_answer(traj: Trajectory) -> str:
     return sampled[-1].content if sampled else ""
 
 
+CHECKED_TERM = "constraints_met"
+
+
+def checked_score(traj: Trajectory) -> float:
+    """What the env's code checkers say of an episode, as finely as they say it: ``constraints_met`` (instruct: the
+    fraction of its constraints that hold) when the env logs it, else the episode's env reward."""
+    return traj.reward_terms.get(CHECKED_TERM, traj.reward)
+
+
 def prompt_messages(prompt: str) -> tuple[Message, ...]:
     """A task prompt as the reward model reads it: one user message (as a plain-text preference pair)."""
     return (Message(role="user", content=prompt),)

@@ -44,6 +44,7 @@ from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.ranks import open_run_on
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
+from harmonyrl.trainer.reward_setup import make_rewarder
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
     check_engine,
@@ -191,9 +192,10 @@ async def _train_in(
 
     # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
-    engine = held_out = evaluated = None
+    engine = held_out = evaluated = rewarder = None
     if world.is_main:  # the engine is rank 0's alone: the other ranks never generate
         engine, limits = await make_engine(config, model, run_dir)
+        rewarder = await make_rewarder(config, tok, factory, engine)  # reward.model / reward.judge; None if unset
         held_out = held_out_eval(config, engine, factory, tok, limits)
         evaluated = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     before = broadcast(evaluated, world)
@@ -233,16 +235,19 @@ async def _train_in(
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
         rollout = engine_window = None
+        scored: dict[str, float] = {}
         if engine is not None:  # rank 0; the other ranks get the episodes from it
             engine_window = engine.metrics_window()
             rollout = await run_episodes(
                 engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
             )
+            if rewarder is not None:  # learned / judged terms joined to the env's reward (rewards/scoring.py)
+                rollout, scored = await rewarder.rescore(rollout)
         trajectories = broadcast(None if rollout is None else rollout.trajectories, world)
         tripped = breaker.observe(trajectories)
         metrics = summarize_rollouts(trajectories) | time_split(trajectories)
         metrics |= (rollout.fault_metrics() if rollout is not None else {}) | injected_metrics(step_factory)
-        metrics |= env_pool_metrics(factory)
+        metrics |= env_pool_metrics(factory) | scored
         if config.telemetry.record_episodes and world.is_main:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", trajectories, step + 1)
         if config.telemetry.record_rollouts and world.is_main:
@@ -300,6 +305,8 @@ async def _train_in(
     after = await progress.during("eval", "held-out after RL", held_out())
     sink.write(config.rl.steps, after, "eval")
     await engine.close()
+    if rewarder is not None:
+        await rewarder.close()
     sink.close()
     result = TrainResult(
         run_dir,

@@ -15,14 +15,12 @@ from pathlib import Path
 
 from harmonyrl.config import RunConfig
 from harmonyrl.harmony.codecs import load_codec
-from harmonyrl.rewards.episodes import episode_answer
+from harmonyrl.rewards.episodes import checked_score, episode_answer
 from harmonyrl.rewards.pair_files import write_pairs_jsonl
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.tasks.factory import check_before_compute
 from harmonyrl.trainer.setup import load_for, make_engine, make_factory, setup_process
 from harmonyrl.types import SamplingParams, Task, Trajectory
-
-RANK_TERM = "constraints_met"
 
 
 @dataclass(frozen=True)
@@ -39,11 +37,6 @@ class PairStats:
             f"{self.pairs} pairs from {self.prompts} prompts to {out} "
             f"({self.ties} ties and {self.failed} environment faults dropped)"
         )
-
-
-def checked_score(traj: Trajectory) -> float:
-    """What the code checkers say of an episode: ``constraints_met`` when logged, else its reward."""
-    return traj.reward_terms.get(RANK_TERM, traj.reward)
 
 
 def pair_row(task: Task, a: Trajectory, b: Trajectory) -> dict[str, object] | None:

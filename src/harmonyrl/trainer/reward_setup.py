@@ -1,0 +1,57 @@
+"""Building the ``reward`` section's scorers for a run (:mod:`harmonyrl.rewards.scoring`), and applying them to a
+step's rollout. The reward model is loaded in the trainer's process; the judge talks to the policy's own engine or,
+with ``reward.judge.checkpoint``, to an embedded engine of its own that this module builds and closes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harmonyrl.config import RunConfig
+from harmonyrl.engine.base import Engine
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.harmony.codecs import RunCodec
+from harmonyrl.rewards.judge import Judge
+from harmonyrl.rewards.model import load_reward_model
+from harmonyrl.rewards.scoring import Rewarder
+from harmonyrl.rollout.scheduler import RolloutResult
+from harmonyrl.trainer.device import resolve_device
+from harmonyrl.trainer.setup import load_for, make_engine
+
+
+class RunRewarder:
+    """A run's :class:`Rewarder` and the judge engine it owns (None when the policy's engine judges)."""
+
+    def __init__(self, rewarder: Rewarder, own_engine: Engine | None) -> None:
+        self.rewarder = rewarder
+        self.own_engine = own_engine
+
+    async def rescore(self, rollout: RolloutResult) -> tuple[RolloutResult, dict[str, float]]:
+        """The rollout with its episodes' rewards recomposed, and the step's reward metrics."""
+        trajs, metrics = await self.rewarder.apply(rollout.trajectories)
+        return replace(rollout, trajectories=tuple(trajs)), metrics
+
+    async def close(self) -> None:
+        if self.own_engine is not None:
+            await self.own_engine.close()
+
+
+async def make_rewarder(
+    config: RunConfig, tok: RunCodec, factory: EnvFactory, policy_engine: Engine
+) -> RunRewarder | None:
+    """The scorers ``config.reward`` asks for; None when the env's own reward is the whole reward."""
+    cfg = config.reward
+    if not cfg.active:
+        return None
+    model = None
+    if cfg.model is not None:
+        model = load_reward_model(cfg.model)
+        model.to(resolve_device(config.device))
+    judge, own = None, None
+    if cfg.judge is not None:
+        engine = policy_engine
+        if cfg.judge.checkpoint is not None:
+            own, _ = await make_engine(config, load_for(cfg.judge.checkpoint, tok, config.rollout.max_seq_len), None)
+            engine = own
+        judge = Judge(engine, tok, cfg.judge)
+    prompts = {t.id: t.prompt for split in ("train", "test") for t in factory.tasks(split)}
+    return RunRewarder(Rewarder(cfg, tok, prompts, model, judge), own)
