@@ -1,0 +1,118 @@
+"""Code-checked reward vs a learned reward model vs an LLM judge: the instruct env trained three ways from one warm
+start, same budget (docs/rewards.md).
+
+    python benchmarks/rewards.py --warm RUN/checkpoints/sft --rm RM/checkpoint [--steps 6] [key=value ...]
+
+Each arm is a ``harmonyrl train`` run from ``--warm`` (``model.init_from``, no SFT) with the same seed, tasks and
+steps; only the reward differs:
+
+* ``code``  — the env's code-checked reward (every constraint met: 1, else 0); it is the truth, so it has no proxy
+  agreement to report;
+* ``rm``    — the reward model alone (``reward.model``, ``reward.env_weight=0``);
+* ``judge`` — the judge alone (``reward.judge``, ``reward.env_weight=0``), a frozen copy of the warm start served by
+  its own embedded engine unless ``--judge`` names another checkpoint.
+
+Reported per arm: held-out true success (code-checked ``eval/success``) before and after, the proxy's agreement with
+the checkers (``reward/<term>_agreement``: within a group, the fraction of differently-checked episode pairs the proxy
+ranks the same way) on the first and last step, the proxy reward and the true train success on the first and last
+step (the proxy rising while true success falls is the policy gaming it), seconds per step and judge tokens per
+step. Last line: ``RESULT code_final=… rm_final=… judge_final=… rm_agree_end=… judge_agree_end=… judge_s_per_step=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TERMS = {"code": "reward/env", "rm": "reward/model", "judge": "reward/judge"}
+
+
+def arm_overrides(arm: str, rm: Path, judge: Path) -> list[str]:
+    """The reward settings of one arm."""
+    if arm == "rm":
+        return [f"reward.model={rm}", "reward.env_weight=0"]
+    if arm == "judge":
+        return [f"reward.judge.checkpoint={judge}", "reward.judge.weight=1", "reward.env_weight=0"]
+    return []  # the env's own reward: no reward section, so no proxy term and no agreement to log
+
+
+def _rows(run: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _num(row: dict[str, object], key: str) -> float:
+    value = row.get(key, math.nan)
+    return float(value) if isinstance(value, int | float | str) else math.nan
+
+
+def summarize(run: Path, arm: str) -> dict[str, float]:
+    """One arm's figures from its ``metrics.jsonl``."""
+    rows = _rows(run)
+    evals = [r for r in rows if r["phase"] == "eval"]
+    rl = [r for r in rows if r["phase"] == "rl"]
+    term = TERMS[arm]
+    first, last = rl[0], rl[-1]
+    episodes = _num(last, "rollout/episodes")
+    return {
+        "true_before": _num(evals[0], "eval/success"),
+        "true_after": _num(evals[-1], "eval/success"),
+        "agree_start": _num(first, f"{term}_agreement"),
+        "agree_end": _num(last, f"{term}_agreement"),
+        "proxy_start": _num(first, term),
+        "proxy_end": _num(last, term),
+        "train_success_start": _num(first, "rollout/success"),
+        "train_success_end": _num(last, "rollout/success"),
+        "s_per_step": sum(_num(r, "time/step_s") for r in rl) / len(rl),
+        "judge_tokens_per_step": sum(_num(r, "judge/tokens_per_episode") * episodes for r in rl) / len(rl)
+        if arm == "judge"
+        else 0.0,
+        "masked_per_step": sum(_num(r, "env/failure_reward_error") if "env/failure_reward_error" in r else 0.0
+                               for r in rl) / len(rl),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--warm", type=Path, required=True, help="the shared warm start (a policy checkpoint)")
+    parser.add_argument("--rm", type=Path, required=True, help="a reward model folder (harmonyrl rm train)")
+    parser.add_argument("--judge", type=Path, default=None, help="the judge's checkpoint (default: --warm)")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("runs/rewards-benchmark"))
+    parser.add_argument("--arms", default="code,rm,judge")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    common = [
+        "env.name=instruct", f"model.init_from={args.warm}", "rollout.max_new_tokens=192", "rollout.tasks_per_step=4",
+        "rollout.group_size=4", f"rl.steps={args.steps}", "eval.n_tasks=32", "eval.samples_per_task=2", "threads=1",
+        "telemetry.record_rollouts=false", f"output_dir={args.out}", *args.overrides,
+    ]  # fmt: skip
+    results: dict[str, dict[str, float]] = {}
+    for arm in args.arms.split(","):
+        run = args.out / arm
+        if not (run / "summary.json").is_file():
+            cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *common, f"run_name={arm}", "--overwrite",
+                   *arm_overrides(arm, args.rm, args.judge or args.warm)]  # fmt: skip
+            subprocess.run(cmd, check=True, env=os.environ.copy())
+        results[arm] = summarize(run, arm)
+    print("| arm | true success before → after | agreement start → end | proxy start → end | train success "
+          "start → end | s/step | judge tokens/step | masked/step |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for arm, r in results.items():
+        print(f"| {arm} | {r['true_before']:.3f} → {r['true_after']:.3f} | {r['agree_start']:.2f} → "
+              f"{r['agree_end']:.2f} | {r['proxy_start']:.3f} → {r['proxy_end']:.3f} | "
+              f"{r['train_success_start']:.3f} → {r['train_success_end']:.3f} | {r['s_per_step']:.1f} | "
+              f"{r['judge_tokens_per_step']:.0f} | {r['masked_per_step']:.1f} |")  # fmt: skip
+    nan = {"true_after": math.nan, "agree_end": math.nan, "s_per_step": math.nan}
+    c, m, j = (results.get(a, nan) for a in ("code", "rm", "judge"))
+    print(f"RESULT code_final={c['true_after']:.3f} rm_final={m['true_after']:.3f} judge_final={j['true_after']:.3f} "
+          f"rm_agree_end={m['agree_end']:.3f} judge_agree_end={j['agree_end']:.3f} "
+          f"judge_s_per_step={j['s_per_step']:.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
