@@ -76,6 +76,13 @@ def summarize(run: Path, arm: str) -> dict[str, float]:
     }  # fmt: skip
 
 
+def gamed(r: dict[str, float]) -> str:
+    """``yes`` when the proxy rose while true train success fell from the first step to the last."""
+    if math.isnan(r["proxy_start"]) or math.isnan(r["proxy_end"]):
+        return "—"
+    return "yes" if r["proxy_end"] > r["proxy_start"] and r["train_success_end"] < r["train_success_start"] else "no"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--warm", type=Path, required=True, help="the shared warm start (a policy checkpoint)")
@@ -100,12 +107,12 @@ def main() -> None:
             subprocess.run(cmd, check=True, env=os.environ.copy())
         results[arm] = summarize(run, arm)
     print("| arm | true success before → after | agreement start → end | proxy start → end | train success "
-          "start → end | s/step | judge tokens/step | masked/step |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "start → end | gamed | s/step | judge tokens/step | masked/step |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for arm, r in results.items():
         print(f"| {arm} | {r['true_before']:.3f} → {r['true_after']:.3f} | {r['agree_start']:.2f} → "
               f"{r['agree_end']:.2f} | {r['proxy_start']:.3f} → {r['proxy_end']:.3f} | "
-              f"{r['train_success_start']:.3f} → {r['train_success_end']:.3f} | {r['s_per_step']:.1f} | "
+              f"{r['train_success_start']:.3f} → {r['train_success_end']:.3f} | {gamed(r)} | {r['s_per_step']:.1f} | "
               f"{r['judge_tokens_per_step']:.0f} | {r['masked_per_step']:.1f} |")  # fmt: skip
     nan = {"true_after": math.nan, "agree_end": math.nan, "s_per_step": math.nan}
     c, m, j = (results.get(a, nan) for a in ("code", "rm", "judge"))

@@ -37,7 +37,7 @@ def pairwise_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> float:
     """Fraction of pairs whose chosen answer scores strictly higher (a tie counts as wrong). Shapes ``[B]``."""
     if chosen.numel() == 0:
         return float("nan")
-    return float((chosen > rejected).float().mean())
+    return float((chosen > rejected).double().mean())
 
 
 def expected_calibration_error(probs: torch.Tensor, bins: int = 10) -> float:
