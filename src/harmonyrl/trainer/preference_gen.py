@@ -33,6 +33,7 @@ class PairStats:
     """Prompts with an episode lost to an environment fault (dropped)."""
 
     def line(self, out: Path) -> str:
+        """The console's summary of a generation written to ``out``."""
         return (
             f"{self.pairs} pairs from {self.prompts} prompts to {out} "
             f"({self.ties} ties and {self.failed} environment faults dropped)"

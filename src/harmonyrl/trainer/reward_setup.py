@@ -31,6 +31,7 @@ class RunRewarder:
         return replace(rollout, trajectories=tuple(trajs)), metrics
 
     async def close(self) -> None:
+        """Stop the judge's own engine (the policy's engine is the run's to close)."""
         if self.own_engine is not None:
             await self.own_engine.close()
 
