@@ -9,8 +9,11 @@ steps; only the reward differs:
 * ``code``  — the env's code-checked reward (every constraint met: 1, else 0); it is the truth, so it has no proxy
   agreement to report;
 * ``rm``    — the reward model alone (``reward.model``, ``reward.env_weight=0``);
-* ``judge`` — the judge alone (``reward.judge``, ``reward.env_weight=0``), a frozen copy of the warm start served by
-  its own embedded engine unless ``--judge`` names another checkpoint.
+* ``judge`` — the judge alone (``reward.judge``, ``reward.env_weight=0``), served by its own embedded engine: the
+  checkpoint ``--judge`` names, or with ``--train-judge PAIRS`` the warm start fine-tuned to grade on the answers of
+  that pairs file (the reward model's data): the judge prompt of :mod:`harmonyrl.rewards.judge` → a final message
+  holding ``round(10 · constraints_met)``. A warm start that was never taught to grade replies with prose, so every
+  verdict fails to parse, every episode is masked and the fault breaker stops the arm (measured: docs/rewards.md).
 
 Reported per arm: held-out true success (code-checked ``eval/success``) before and after, the proxy's agreement with
 the checkers (``reward/<term>_agreement``: within a group, the fraction of differently-checked episode pairs the proxy
@@ -54,13 +57,13 @@ def summarize(run: Path, arm: str) -> dict[str, float]:
     """One arm's figures from its ``metrics.jsonl``."""
     rows = _rows(run)
     evals = [r for r in rows if r["phase"] == "eval"]
-    rl = [r for r in rows if r["phase"] == "rl"]
+    rl = [r for r in rows if r["phase"] == "rl"] or [{}]
     term = TERMS[arm]
     first, last = rl[0], rl[-1]
     episodes = _num(last, "rollout/episodes")
     return {
         "true_before": _num(evals[0], "eval/success"),
-        "true_after": _num(evals[-1], "eval/success"),
+        "true_after": _num(evals[-1], "eval/success") if len(evals) > 1 else math.nan,  # nan: stopped before it
         "agree_start": _num(first, f"{term}_agreement"),
         "agree_end": _num(last, f"{term}_agreement"),
         "proxy_start": _num(first, term),
@@ -83,11 +86,50 @@ def gamed(r: dict[str, float]) -> str:
     return "yes" if r["proxy_end"] > r["proxy_start"] and r["train_success_end"] < r["train_success_start"] else "no"
 
 
+def train_judge(warm: Path, pairs: Path, out: Path, steps: int, seed: int = 0) -> Path:
+    """The warm start fine-tuned to grade (``--train-judge``): SFT on judge conversations whose verdict is the
+    checkers' ``round(10 · met)`` for every answer of ``pairs``; saved to ``out``."""
+    import random
+
+    import torch
+
+    from harmonyrl.harmony.codecs import load_codec
+    from harmonyrl.models.tiny_gpt_oss import save_model
+    from harmonyrl.rewards.config import DEFAULT_RUBRIC
+    from harmonyrl.rewards.judge import judge_messages
+    from harmonyrl.trainer.setup import load_for, setup_process
+    from harmonyrl.trainer.sft import render_demo, sft_step
+    from harmonyrl.types import Message
+
+    if (out / "config.json").is_file():
+        return out
+    setup_process(seed, 1)
+    tok = load_codec("harmonyrl_bpe")
+    model = load_for(warm, tok)
+    demos = []
+    for line in pairs.read_text().splitlines():
+        row = json.loads(line)
+        for answer, met in ((row["chosen"], row["chosen_met"]), (row["rejected"], row["rejected_met"])):
+            verdict = [Message(role="assistant", channel="final", content=str(round(10 * met)))]
+            demos.append(render_demo(tok, judge_messages(DEFAULT_RUBRIC, 10, row["prompt"], answer), verdict))
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        loss = sft_step(model, optimizer, rng.sample(demos, 16), tok.special.endoftext)
+        if step % 25 == 0:
+            print(f"judge sft step {step}: loss {loss:.3f}", flush=True)
+    save_model(model, out)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--warm", type=Path, required=True, help="the shared warm start (a policy checkpoint)")
     parser.add_argument("--rm", type=Path, required=True, help="a reward model folder (harmonyrl rm train)")
     parser.add_argument("--judge", type=Path, default=None, help="the judge's checkpoint (default: --warm)")
+    parser.add_argument("--train-judge", type=Path, default=None, help="pairs file: fine-tune --warm to grade on it")
+    parser.add_argument("--judge-steps", type=int, default=150, help="SFT steps of --train-judge")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("runs/rewards-benchmark"))
     parser.add_argument("--arms", default="code,rm,judge")
@@ -98,13 +140,20 @@ def main() -> None:
         "rollout.group_size=4", f"rl.steps={args.steps}", "eval.n_tasks=32", "eval.samples_per_task=2", "threads=1",
         "telemetry.record_rollouts=false", f"output_dir={args.out}", *args.overrides,
     ]  # fmt: skip
+    judge = args.judge or args.warm
+    if args.train_judge is not None:
+        judge = train_judge(args.warm, args.train_judge, args.out / "judge_checkpoint", args.judge_steps)
     results: dict[str, dict[str, float]] = {}
     for arm in args.arms.split(","):
         run = args.out / arm
         if not (run / "summary.json").is_file():
             cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *common, f"run_name={arm}", "--overwrite",
-                   *arm_overrides(arm, args.rm, args.judge or args.warm)]  # fmt: skip
-            subprocess.run(cmd, check=True, env=os.environ.copy())
+                   *arm_overrides(arm, args.rm, judge)]  # fmt: skip
+            done = subprocess.run(cmd, env=os.environ.copy())
+            if done.returncode != 0 and not (run / "metrics.jsonl").is_file():
+                raise SystemExit(f"arm {arm} failed before its first step (exit {done.returncode})")
+            if done.returncode != 0:  # e.g. the fault breaker: a judge whose replies never parse masks every episode
+                print(f"arm {arm} stopped early (exit {done.returncode}); its figures are up to where it stopped")
         results[arm] = summarize(run, arm)
     print("| arm | true success before → after | agreement start → end | proxy start → end | train success "
           "start → end | gamed | s/step | judge tokens/step | masked/step |")  # fmt: skip
