@@ -19,7 +19,8 @@ Reported per arm: held-out true success (code-checked ``eval/success``) before a
 the checkers (``reward/<term>_agreement``: within a group, the fraction of differently-checked episode pairs the proxy
 ranks the same way) on the first and last step, the proxy reward and the true train success on the first and last
 step (the proxy rising while true success falls is the policy gaming it), seconds per step and judge tokens per
-step. Last line: ``RESULT code_final=… rm_final=… judge_final=… rm_agree_end=… judge_agree_end=… judge_s_per_step=…``.
+step; "first" and "last" are means over the first and last 5 RL steps. Last line:
+``RESULT code_final=… rm_final=… judge_final=… rm_agree_end=… judge_agree_end=… judge_s_per_step=…``.
 """
 
 from __future__ import annotations
@@ -53,34 +54,40 @@ def _num(row: dict[str, object], key: str) -> float:
     return float(value) if isinstance(value, int | float | str) else math.nan
 
 
-def summarize(run: Path, arm: str) -> dict[str, float]:
-    """One arm's figures from its ``metrics.jsonl``."""
+def _window(rows: list[dict[str, object]], key: str) -> float:
+    """Mean of ``key`` over ``rows``, leaving out steps that lack it or logged NaN."""
+    values = [v for v in (_num(r, key) for r in rows) if not math.isnan(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def summarize(run: Path, arm: str, window: int = 5) -> dict[str, float]:
+    """One arm's figures from its ``metrics.jsonl``; "start" and "end" are means over the first and last ``window``
+    RL steps (one step's 16 episodes are too few to read alone)."""
     rows = _rows(run)
     evals = [r for r in rows if r["phase"] == "eval"]
     rl = [r for r in rows if r["phase"] == "rl"] or [{}]
+    k = max(1, min(window, len(rl) // 2))
+    first, last = rl[:k], rl[-k:]
     term = TERMS[arm]
-    first, last = rl[0], rl[-1]
-    episodes = _num(last, "rollout/episodes")
     return {
         "true_before": _num(evals[0], "eval/success"),
         "true_after": _num(evals[-1], "eval/success") if len(evals) > 1 else math.nan,  # nan: stopped before it
-        "agree_start": _num(first, f"{term}_agreement"),
-        "agree_end": _num(last, f"{term}_agreement"),
-        "proxy_start": _num(first, term),
-        "proxy_end": _num(last, term),
-        "train_success_start": _num(first, "rollout/success"),
-        "train_success_end": _num(last, "rollout/success"),
-        "s_per_step": sum(_num(r, "time/step_s") for r in rl) / len(rl),
-        "judge_tokens_per_step": sum(_num(r, "judge/tokens_per_episode") * episodes for r in rl) / len(rl)
-        if arm == "judge"
-        else 0.0,
-        "masked_per_step": sum(_num(r, "env/failure_reward_error") if "env/failure_reward_error" in r else 0.0
-                               for r in rl) / len(rl),
-    }  # fmt: skip
+        "agree_start": _window(first, f"{term}_agreement"),
+        "agree_end": _window(last, f"{term}_agreement"),
+        "proxy_start": _window(first, term),
+        "proxy_end": _window(last, term),
+        "train_success_start": _window(first, "rollout/success"),
+        "train_success_end": _window(last, "rollout/success"),
+        "s_per_step": _window(rl, "time/step_s"),
+        "judge_tokens_per_step": _window(rl, "judge/tokens_per_episode") * _window(rl, "rollout/episodes"),
+        "masked_per_step": sum(_num(r, "env/failure_reward_error") for r in rl if "env/failure_reward_error" in r)
+        / len(rl),
+        "steps": float(len([r for r in rl if r])),
+    }
 
 
 def gamed(r: dict[str, float]) -> str:
-    """``yes`` when the proxy rose while true train success fell from the first step to the last."""
+    """``yes`` when the proxy rose while true train success fell from the first steps to the last."""
     if math.isnan(r["proxy_start"]) or math.isnan(r["proxy_end"]):
         return "—"
     return "yes" if r["proxy_end"] > r["proxy_start"] and r["train_success_end"] < r["train_success_start"] else "no"
