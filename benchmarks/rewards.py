@@ -79,7 +79,9 @@ def summarize(run: Path, arm: str, window: int = 5) -> dict[str, float]:
         "train_success_start": _window(first, "rollout/success"),
         "train_success_end": _window(last, "rollout/success"),
         "s_per_step": _window(rl, "time/step_s"),
-        "judge_tokens_per_step": _window(rl, "judge/tokens_per_episode") * _window(rl, "rollout/episodes"),
+        "judge_tokens_per_step": _window(rl, "judge/tokens_per_episode") * _window(rl, "rollout/episodes")
+        if arm == "judge"
+        else 0.0,
         "masked_per_step": sum(_num(r, "env/failure_reward_error") for r in rl if "env/failure_reward_error" in r)
         / len(rl),
         "steps": float(len([r for r in rl if r])),
