@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from harmonyrl.cli_rm import rm_app
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.loader import TargetError, UserCodeError
 from harmonyrl.envs.taskfile import TaskFileError
@@ -493,6 +494,9 @@ def report(
     except ReportError as e:
         raise _fail(str(e)) from None
     console.print(f"report: [bold]{path}[/]")
+
+
+app.add_typer(rm_app, name="rm")  # reward models: ``harmonyrl rm pairs`` / ``rm train`` (cli_rm.py)
 
 
 def main() -> None:  # pragma: no cover - entry point convenience

@@ -23,6 +23,7 @@ from harmonyrl.engine.config import EngineConfig, LocalEngineConfig, VllmEngineC
 from harmonyrl.envs.loader import TargetError, resolve_target
 from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
+from harmonyrl.rewards.config import RewardConfig, reward_model_tokenizer
 from harmonyrl.rollout.curriculum import CurriculumConfig
 from harmonyrl.rollout.sampling import SamplingConfig
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
@@ -304,6 +305,8 @@ class RunConfig(Frozen):
     env_faults: FaultInjectionConfig = FaultInjectionConfig()
     scale: ScaleConfig = ScaleConfig()
     """Where the environments run (Ray env workers; docs/ray.md)."""
+    reward: RewardConfig = RewardConfig()
+    """Reward terms beyond the env's code checks: a reward model, an LLM judge (docs/rewards.md)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -343,6 +346,22 @@ class RunConfig(Frozen):
         if not isinstance(env, CalculatorEnvConfig) or env.levels is None:
             raise ValueError(
                 "rl.curriculum.start_levels needs an env that reports task difficulty: env.levels for the calculator"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _reward_fits_run(self) -> RunConfig:
+        """A reward model reads the policy's token ids; a judge checkpoint is served by an embedded engine."""
+        rm = self.reward.model
+        if rm is not None and (tok := reward_model_tokenizer(rm)) != self.model.tokenizer:
+            raise ValueError(
+                f"reward.model '{rm}' uses tokenizer {tok}, the run model.tokenizer={self.model.tokenizer}"
+            )
+        judge = self.reward.judge
+        if judge is not None and judge.checkpoint is not None and isinstance(self.rollout.engine, VllmEngineConfig):
+            raise ValueError(
+                "reward.judge.checkpoint runs on an embedded engine; with rollout.engine.kind=vllm leave it null "
+                "(the policy's server judges)"
             )
         return self
 

@@ -55,7 +55,8 @@ class ToolSpec:
     parameters: dict[str, object]
 
 
-FailureKind = Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "episode_timeout"]
+FailureKind = Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "episode_timeout", "reward_error"]
+# reward_error: a reward term could not score the episode (an LLM judge's reply without a score, rewards/judge.py)
 ENV_FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 """Environment faults. These are never the model's fault: the episode is masked out of the loss."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.ranks import open_run_on
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
+from harmonyrl.trainer.reward_setup import make_rewarder
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
     check_engine,
@@ -195,9 +196,10 @@ async def _train_in(
 
     # 2. held-out evaluation of the starting policy (read back, not re-run, when resuming inside RL)
     r = config.rollout
-    engine = held_out = evaluated = None
+    engine = held_out = evaluated = rewarder = None
     if world.is_main:  # the engine is rank 0's alone: the other ranks never generate
         engine, limits = await make_engine(config, model, run_dir)
+        rewarder = await make_rewarder(config, tok, factory, engine)  # reward.model / reward.judge; None if unset
         held_out = held_out_eval(config, engine, factory, tok, limits)
         evaluated = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     before = broadcast(evaluated, world)
@@ -237,9 +239,10 @@ async def _train_in(
         if engine is not None:  # rank 0; the other ranks get the episodes from it
             engine_window = engine.metrics_window()
 
-            def run(requests: Sequence[EpisodeRequest], f: EnvFactory = step_factory) -> Awaitable[RolloutResult]:
-                return run_episodes(engine, f, tok, requests, params, limits, r.engine.concurrency,
-                                    r.retry_faulted_groups)  # fmt: skip
+            async def run(requests: Sequence[EpisodeRequest], f: EnvFactory = step_factory) -> RolloutResult:
+                result = await run_episodes(engine, f, tok, requests, params, limits, r.engine.concurrency,
+                                            r.retry_faulted_groups)  # fmt: skip
+                return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
 
             seed = config.seed * 100_003 + step
             sampled = await sample_step(run, source, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
@@ -250,7 +253,7 @@ async def _train_in(
         metrics = summarize_rollouts(trajectories) | time_split(trajectories)
         metrics |= sampling_metrics | source.observe(trajectories)
         metrics |= (rollout.fault_metrics() if rollout is not None else {}) | injected_metrics(step_factory)
-        metrics |= env_pool_metrics(factory)
+        metrics |= env_pool_metrics(factory) | (rewarder.step_metrics() if rewarder is not None else {})
         if config.telemetry.record_episodes and world.is_main:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", trajectories, step + 1)
         if config.telemetry.record_rollouts and world.is_main:
@@ -309,6 +312,8 @@ async def _train_in(
     after = await progress.during("eval", "held-out after RL", held_out())
     sink.write(config.rl.steps, after, "eval")
     await engine.close()
+    if rewarder is not None:
+        await rewarder.close()
     sink.close()
     result = TrainResult(
         run_dir,
