@@ -30,7 +30,7 @@ from harmonyrl.harmony.codecs import RunCodec, load_codec
 from harmonyrl.models.lora import merged_state_dict
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
-from harmonyrl.rollout.scheduler import group_requests, run_episodes
+from harmonyrl.rollout.scheduler import RolloutResult, group_requests, run_episodes
 from harmonyrl.rollout.store import step_path, write_step
 from harmonyrl.tasks.factory import check_before_compute, expert_for
 from harmonyrl.telemetry.episodes import append_episodes
@@ -42,6 +42,7 @@ from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
+from harmonyrl.trainer.pipeline import Pipeline, check_pipeline
 from harmonyrl.trainer.ranks import open_run_on
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
 from harmonyrl.trainer.run_errors import run_failures
@@ -225,46 +226,57 @@ async def _train_in(
         stop_ids=(tok.special.call, tok.special.return_),
     )
     train_tasks = factory.tasks("train")
-    progress.start("rl", config.rl.steps, done=first)
-    for step in range(first, config.rl.steps):
-        t0 = time.perf_counter()
+
+    async def collect(step: int) -> tuple[RolloutResult, EnvFactory]:
+        """Step ``step``'s episodes on the engine (rank 0's; the other ranks get them from it)."""
+        assert engine is not None
         offset = (step * r.tasks_per_step) % len(train_tasks)
         tasks = [train_tasks[(offset + i) % len(train_tasks)] for i in range(r.tasks_per_step)]
         requests = group_requests(tasks, r.group_size, base_seed=config.seed * 100_003 + step)
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
-        rollout = engine_window = None
-        if engine is not None:  # rank 0; the other ranks get the episodes from it
-            engine_window = engine.metrics_window()
-            rollout = await run_episodes(
-                engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
-            )
-        trajectories = broadcast(None if rollout is None else rollout.trajectories, world)
+        rollout = await run_episodes(
+            engine, step_factory, tok, requests, params, limits, r.engine.concurrency, r.retry_faulted_groups
+        )
+        return rollout, step_factory
+
+    # rollouts of later steps run ahead of the update with rl.async.max_staleness > 0 (trainer/pipeline.py)
+    check_pipeline(config.rl.async_, world)
+    pipeline = await Pipeline.create(config.rl.async_, engine, collect, first, config.rl.steps,
+                                     saved.state.get("pipeline") if in_rl and saved is not None else None,
+                                     lambda: merged_state_dict(model))  # fmt: skip
+    progress.start("rl", config.rl.steps, done=first)
+    for step in range(first, config.rl.steps):
+        t0 = time.perf_counter()
+        batch = await pipeline.batch(step) if engine is not None else None
+        trajectories = broadcast(None if batch is None else batch.trajectories, world)
         tripped = breaker.observe(trajectories)
         metrics = summarize_rollouts(trajectories) | time_split(trajectories)
-        metrics |= (rollout.fault_metrics() if rollout is not None else {}) | injected_metrics(step_factory)
+        if batch is not None:
+            metrics |= batch.rollout.fault_metrics() | injected_metrics(batch.factory) | batch.metrics
         metrics |= env_pool_metrics(factory)
         if config.telemetry.record_episodes and world.is_main:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", trajectories, step + 1)
         if config.telemetry.record_rollouts and world.is_main:
             write_step(step_path(run_dir, step + 1), step + 1, trajectories)
         t1 = time.perf_counter()
-        metrics |= engine_window(t1 - t0) if engine_window is not None else {}
-        update = learner.update(trajectories)
+        metrics |= batch.engine_metrics if batch is not None else {}
+        update = await pipeline.train(learner.update, trajectories)  # async: in a thread, beside the rollouts
         metrics |= update.metrics
         metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", trajectories)
         if update.applied:
             learner.sync(model)  # under torchrun: the trained shards gathered into rank 0's model
-            if engine is not None:  # with LoRA: W + BA under the base names
-                await engine.sync_weights(merged_state_dict(model), step + 1)
+        await pipeline.publish(step, lambda: merged_state_dict(model), update.applied)  # with LoRA: W + BA
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in trajectories)
         metrics |= {
             "time/rollout_s": t1 - t0,
             "time/train_s": t2 - t1,
             "time/step_s": t2 - t0,
-            "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
+            "rollout/tokens_per_s": tokens / max(batch.batch_s if batch is not None else t1 - t0, 1e-9),
         }
+        metrics |= pipeline.step_metrics() if batch is not None else {}
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps and held_out:
+            await pipeline.drain()  # the engine evaluates the trainer's weights, not a batch's older ones
             metrics |= await progress.during("eval", f"held-out at step {step + 1}", held_out())
         sink.write(step + 1, metrics, "rl")
         save_progress(
@@ -278,6 +290,7 @@ async def _train_in(
             world=world,
             learner=learner.extra_state(),
             faults=breaker.state(),
+            pipeline=pipeline.state(),
         )
         if tripped is not None:
             progress.stop()
@@ -288,6 +301,7 @@ async def _train_in(
             console.print(f"[red]stopping: {skipped_in_a_row} RL steps in a row skipped by stability guards[/]")
             break
     progress.stop()
+    await pipeline.drain()  # async: the batches started ahead finish; the engine gets the final weights
     if (note := skipped_updates.summary()) is not None:
         console.print(f"[yellow]{note}[/]", soft_wrap=True)
     final = run_dir / "checkpoints" / "final"
