@@ -1,9 +1,10 @@
 """Synchronous vs asynchronous RL (``rl.async.max_staleness`` 0, 1, 2) with a slow, heavy-tailed tool.
 
-    python benchmarks/async.py [--steps 20] [--sft-steps 300] [--ks 0,1,2] [key=value ...]
+    python benchmarks/async.py [--steps 20] [--sft-steps 300] [--ks 0,1,2] [--warm SFT_CKPT] [key=value ...]
 
-One warm start (``harmonyrl sft``), then the same RL run from it at each ``max_staleness``, one after the
-other in this process. The calculator tool sleeps a log-normal time before answering (median 0.5 s, sigma 1.2,
+One warm start (``harmonyrl sft``, or ``--warm``), then the same RL run from it at each ``max_staleness``, one
+after the other in this process, in the order ``--ks`` gives (reverse it in a second invocation: the machine's
+load drifts). The calculator tool sleeps a log-normal time before answering (median 0.5 s, sigma 1.2,
 the ``benchmarks/overlap.py`` distribution: a few calls over 5 s), drawn from a hash of its expression, so every
 run sees the same latency for the same call; ``env.tool_timeout_s`` is raised so that no call times out.
 Async runs use decoupled PPO with truncated token weights (``rl.correction.weights.mode=truncate``); the
@@ -87,13 +88,14 @@ def main() -> None:
     parser.add_argument("--ks", default="0,1,2")
     parser.add_argument("--sft-steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--warm", type=Path, default=None, help="reuse this warm start (an SFT checkpoint folder)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     console = Console()
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-async-"))
     sft = [*WARM_START, *args.overrides, f"sft.steps={args.sft_steps}"]
     warm = load_config(None, [*sft, f"output_dir={out}", "run_name=warm"])
-    start = asyncio.run(sft_only(warm, console))
+    start = args.warm or asyncio.run(sft_only(warm, console))
     slow_tool()
     results: dict[int, tuple[float, dict[str, float], str]] = {}
     for k in (int(x) for x in args.ks.split(",")):

@@ -58,7 +58,7 @@ class Collected:
     batch_s: float
     """Wall time of the collection itself (in async mode it overlaps earlier steps' updates)."""
     metrics: dict[str, float]
-    """``async/staleness_mean``, ``async/staleness_max`` and ``async/dropped``."""
+    """``async/staleness_mean``, ``async/staleness_max``, ``async/dropped`` and ``time/batch_s``."""
 
 
 def staleness_metrics(
@@ -237,4 +237,5 @@ class Pipeline:
         engine_metrics = window(batch_s) if window is not None else {}
         trainer_version = step if self.k > 0 else self.version
         kept, metrics = staleness_metrics(rollout.trajectories, trainer_version, self.k)
+        metrics["time/batch_s"] = batch_s
         return Collected(kept, rollout, factory, engine_metrics, batch_s, metrics)
