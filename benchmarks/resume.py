@@ -1,6 +1,6 @@
 """Kill a training run with SIGKILL at random points, resume it each time, compare with an uninterrupted run.
 
-    python benchmarks/resume.py [--kills 10] [--seed 0] [key=value ...]
+    python benchmarks/resume.py [--kills 10] [--seed 0] [--max-staleness K] [key=value ...]
 
 A small configuration (nano model, short SFT and RL) runs once uninterrupted. A second run of the same
 configuration is killed with SIGKILL ``--kills`` times — each time at a random point of progress (after a
@@ -10,6 +10,9 @@ until it finishes. ``lost_steps`` counts completed steps (SFT or RL rows in
 metrics.jsonl) that a resume had to redo beyond the one in flight; ``identical`` compares metrics (timings
 excluded) and recorded episodes byte for byte. SFT checkpoints every step here (``sft.checkpoint_every=1``;
 RL always does), so no completed step is redone. Last line: ``RESULT kills=… lost_steps=… identical=…``.
+
+``--max-staleness K`` (K > 0) runs the asynchronous pipeline (``rl.async.max_staleness=K``, docs/async.md): a
+kill then also loses the batches collected ahead of the trainer, which the resumed run regenerates.
 """
 
 from __future__ import annotations
@@ -68,10 +71,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-staleness", type=int, default=0, help="async pipeline (docs/async.md); 0: sync")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="harmonyrl-resume-"))
-    config = [*CONFIG, *args.overrides, f"output_dir={out}"]
+    pipeline = [f"rl.async.max_staleness={args.max_staleness}", "rl.correction.weights.mode=truncate"]
+    config = [*CONFIG, *(pipeline if args.max_staleness else []), *args.overrides, f"output_dir={out}"]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     start = time.perf_counter()
     subprocess.run(_cli("train", *config, "run_name=whole"), check=True, env=env, capture_output=True)

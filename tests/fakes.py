@@ -35,6 +35,8 @@ class ScriptedEngine:
     def __init__(self, script: Sequence[Sequence[int]] | Script) -> None:
         self.prompts: list[list[int]] = []
         """Every prompt the engine was asked to continue, in order."""
+        self.policy_version = 0
+        """The version of the last ``sync_weights`` (the real engines' counter; no weights here)."""
         if callable(script):
             self.script = script
         else:
@@ -45,9 +47,11 @@ class ScriptedEngine:
         self.prompts.append(list(prompt_ids))
         ids = list(self.script(prompt_ids))[: params.max_new_tokens]
         stop = bool(ids) and ids[-1] in params.stop_ids
-        return Generation(tuple(ids), tuple([LOGPROB] * len(ids)), "stop" if stop else "length")
+        reason = "stop" if stop else "length"
+        return Generation(tuple(ids), tuple([LOGPROB] * len(ids)), reason, policy_version=self.policy_version)
 
-    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None: ...
+    async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        self.policy_version = version
 
     def metrics_window(self) -> None:
         return None

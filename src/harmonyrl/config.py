@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
@@ -162,6 +162,18 @@ class RolloutConfig(Frozen):
         return self.tasks_per_step * self.group_size
 
 
+class AsyncConfig(Frozen):
+    """The rollout pipeline (docs/async.md): rollouts of later steps are collected while a step trains."""
+
+    max_staleness: int = Field(0, ge=0)
+    """Versions a trained sample may lag (k): step s trains on rollouts of version max(0, s-k); 0: synchronous."""
+
+    @property
+    def enabled(self) -> bool:
+        """Rollouts run ahead of the trainer."""
+        return self.max_staleness > 0
+
+
 class RLConfig(Frozen):
     """The RL update. The algorithm is a typed choice (see :mod:`harmonyrl.algorithms.choices`):
     ``advantage`` × ``loss`` × ``aggregation``, plus KL, entropy, rollout correction and stability guards."""
@@ -194,6 +206,12 @@ class RLConfig(Frozen):
     curriculum: CurriculumConfig | None = None
     """Draw training tasks towards a target pass rate, easy to hard (null: in order; docs/curriculum.md). Setting
     any key turns it on, e.g. ``rl.curriculum.target=0.5``."""
+    async_: AsyncConfig = Field(AsyncConfig(), alias="async")
+    """Rollouts ahead of the trainer with bounded staleness (``rl.async.max_staleness``, docs/async.md)."""
+
+    # ``async`` is a Python keyword: the field is ``async_``, read and written as ``async``
+    model_config = ConfigDict(**Frozen.model_config, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)  # fmt: skip
 
     @property
     def uses_critic(self) -> bool:
@@ -371,6 +389,21 @@ class RunConfig(Frozen):
             raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
         return self
 
+    @model_validator(mode="after")
+    def _async_needs_behaviour_weights(self) -> RunConfig:
+        rl = self.rl
+        if rl.async_.enabled and (rl.correction.weights is None or rl.correction.bypass):
+            raise ValueError(
+                f"rl.async.max_staleness={rl.async_.max_staleness} trains on older policies' samples: decoupled "
+                "PPO needs rl.correction.weights (e.g. rl.correction.weights.mode=truncate) and bypass off"
+            )
+        if rl.async_.enabled and rl.curriculum is not None:  # its draws would depend on when episodes arrive
+            raise ValueError(
+                "rl.curriculum adapts to each step's episodes, which rl.async.max_staleness > 0 draws ahead of: "
+                "use one or the other"
+            )
+        return self
+
 
 def _get(section: Any, key: str) -> Any:
     """``section[key]`` of a raw config section, given as a dict or as a validated model (None if absent)."""
@@ -404,12 +437,25 @@ def _members(field: FieldInfo) -> tuple[str | None, dict[str, type[BaseModel]]]:
     return discriminator, tags
 
 
+def _key(name: str, field: FieldInfo) -> str:
+    """How the user writes a field: its alias when it has one (``rl.async``, a Python keyword), else its name."""
+    return field.alias or name
+
+
+def _field_named(model: type[BaseModel], key: str) -> tuple[str, FieldInfo] | None:
+    """The attribute name and field the user's ``key`` refers to, or None if ``model`` has no such key."""
+    for name, field in model.model_fields.items():
+        if _key(name, field) == key:
+            return name, field
+    return None
+
+
 def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     keys: list[str] = []
     for name, field in model.model_fields.items():
-        keys.append(prefix + name)
+        keys.append(prefix + _key(name, field))
         for sub in _members(field)[1].values():
-            keys.extend(k for k in _known_keys(sub, prefix + name + ".") if k not in keys)
+            keys.extend(k for k in _known_keys(sub, prefix + _key(name, field) + ".") if k not in keys)
     return keys
 
 
@@ -450,7 +496,8 @@ def _check_keys(tree: dict[str, Any], model: type[BaseModel], prefix: str = "", 
     known = _known_keys(RunConfig)
     for key, value in tree.items():
         full = prefix + key
-        if key not in model.model_fields:
+        found = _field_named(model, key)
+        if found is None:
             if full in known:  # a field of another kind of this union section
                 raise ConfigError(f"config key '{full}' does not apply to the chosen kind ({_kind_note(model)})")
             near = difflib.get_close_matches(full, known, n=1, cutoff=0.6)
@@ -458,9 +505,9 @@ def _check_keys(tree: dict[str, Any], model: type[BaseModel], prefix: str = "", 
             raise ConfigError(f"unknown config key '{full}'{hint}")
         if not isinstance(value, dict):
             continue
-        field = model.model_fields[key]
+        name, field = found
         discriminator, members = _members(field)
-        current = getattr(default, key, None) if default is not None else field.default
+        current = getattr(default, name, None) if default is not None else field.default
         if discriminator is None:
             if members:
                 _check_keys(value, members[""], full + ".", current)

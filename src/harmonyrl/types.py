@@ -190,6 +190,9 @@ class Trajectory:
     """The sampler's expert choice per position ``[T, L, k]`` (R3 routing replay), or None if not recorded.
     Each position keeps the routing of the engine call that first ran it: the call that sampled the next
     token for sampled positions, the next turn's prefill for tool output."""
+    policy_version: int = 0
+    """The engine's weight version that sampled the tokens (``Generation.policy_version``; the oldest if an episode
+    spanned a weight sync); its staleness when trained is the trainer's version minus this (docs/async.md)."""
 
     @property
     def num_sampled(self) -> int:

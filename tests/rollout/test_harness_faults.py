@@ -36,6 +36,7 @@ class CountingEngine:
 
     def __init__(self, fail_on: int | None = None, exc: BaseException | None = None) -> None:
         self.calls = 0
+        self.policy_version = 0
         self.fail_on = fail_on
         self.exc = exc or EngineBroke("decode step crashed")
 

@@ -15,6 +15,10 @@ MetricsWindow = Callable[[float], dict[str, float]]
 
 
 class Engine(Protocol):
+    policy_version: int
+    """The ``version`` of the last :meth:`sync_weights` (0: the weights the engine started with); every
+    generation reports the version it was sampled with (``Generation.policy_version``)."""
+
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
         """Sample a continuation of ``prompt_ids``. Concurrent calls are batched by the engine."""
         ...

@@ -144,6 +144,7 @@ async def run_episode(
     failure: Failure | None = None
     terms: dict[str, float] = {}
     mismatches = 0
+    version: int | None = None  # the oldest weight version that sampled a token of this episode
     for turn in range(limits.max_turns):
         budget = min(limits.max_new_tokens, limits.max_seq_len - len(stream.ids))
         if budget <= 0:
@@ -152,6 +153,7 @@ async def run_episode(
         t0 = time.perf_counter()
         gen = await engine.generate(stream.ids, replace(params, max_new_tokens=budget, seed=turn_seed(seed, turn)))
         gen_s = time.perf_counter() - t0
+        version = gen.policy_version if version is None else min(version, gen.policy_version)
         stream.add_sampled(gen.token_ids, gen.logprobs)
         stream.add_routing(gen.routing)
         parsed = parse_completion(codec, gen.token_ids)
@@ -197,4 +199,5 @@ async def run_episode(
         parity_mismatches=mismatches,
         reward_terms=terms,
         routing=stream.full_routing(),
+        policy_version=version or 0,
     )

@@ -44,6 +44,7 @@ from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
+from harmonyrl.trainer.pipeline import Drawn, Pipeline, check_pipeline
 from harmonyrl.trainer.ranks import open_run_on
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
 from harmonyrl.trainer.reward_setup import make_rewarder
@@ -231,51 +232,61 @@ async def _train_in(
         stop_ids=(tok.special.call, tok.special.return_),
     )
     source = task_source(config, factory, saved if in_rl else None)  # the plain stream or a curriculum
+
+    async def collect(step: int) -> Drawn:
+        """Step ``step``'s episodes on the engine (rank 0's; the other ranks get them from it)."""
+        assert engine is not None
+        step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
+
+        async def run(requests: Sequence[EpisodeRequest]) -> RolloutResult:
+            result = await run_episodes(engine, step_factory, tok, requests, params, limits, r.engine.concurrency,
+                                        r.retry_faulted_groups)  # fmt: skip
+            return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
+
+        seed = config.seed * 100_003 + step
+        sampled = await sample_step(run, source, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
+        return Drawn(sampled, step_factory, source.state())
+
+    # rollouts of later steps run ahead of the update with rl.async.max_staleness > 0 (trainer/pipeline.py)
+    check_pipeline(config.rl.async_, world)
+    pipeline = await Pipeline.create(config.rl.async_, engine, collect, first, config.rl.steps,
+                                     saved.state.get("pipeline") if in_rl and saved is not None else None,
+                                     lambda: merged_state_dict(model))  # fmt: skip
     progress.start("rl", config.rl.steps, done=first)
     for step in range(first, config.rl.steps):
         t0 = time.perf_counter()
-        step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
-        rollout = engine_window = sampled = None
-        if engine is not None:  # rank 0; the other ranks get the episodes from it
-            engine_window = engine.metrics_window()
-
-            async def run(requests: Sequence[EpisodeRequest], f: EnvFactory = step_factory) -> RolloutResult:
-                result = await run_episodes(engine, f, tok, requests, params, limits, r.engine.concurrency,
-                                            r.retry_faulted_groups)  # fmt: skip
-                return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
-
-            seed = config.seed * 100_003 + step
-            sampled = await sample_step(run, source, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
-            rollout = sampled.rollout
-        shared = None if sampled is None else (sampled.rollout.trajectories, sampled.trained, sampled.metrics)
-        trajectories, trained, sampling_metrics = broadcast(shared, world)
+        batch = await pipeline.batch(step) if engine is not None else None
+        shared = None if batch is None else (batch.rollout.trajectories, batch.trajectories, batch.metrics)
+        trajectories, trained, batch_metrics = broadcast(shared, world)  # every episode; the ones to train on
         tripped = breaker.observe(trajectories)
-        metrics = summarize_rollouts(trajectories) | time_split(trajectories)
-        metrics |= sampling_metrics | source.observe(trajectories)
-        metrics |= (rollout.fault_metrics() if rollout is not None else {}) | injected_metrics(step_factory)
+        metrics = summarize_rollouts(trajectories) | time_split(trajectories) | batch_metrics
+        metrics |= source.observe(trajectories)
+        if batch is not None:
+            metrics |= batch.rollout.fault_metrics() | injected_metrics(batch.factory)
         metrics |= env_pool_metrics(factory) | (rewarder.step_metrics() if rewarder is not None else {})
         if config.telemetry.record_episodes and world.is_main:
             append_episodes(run_dir / "rollouts" / "episodes.jsonl", trajectories, step + 1)
-        if config.telemetry.record_rollouts and world.is_main:
-            write_step(step_path(run_dir, step + 1), step + 1, trajectories)
+        if config.telemetry.record_rollouts and world.is_main:  # what the update reads: replay reproduces it
+            write_step(step_path(run_dir, step + 1), step + 1, trained)
         t1 = time.perf_counter()
-        metrics |= engine_window(t1 - t0) if engine_window is not None else {}
-        update = learner.update(trained)  # the trajectories themselves unless dynamic sampling filtered them
+        metrics |= batch.engine_metrics if batch is not None else {}
+        update = await pipeline.train(learner.update, trained)  # async: in a thread, beside the rollouts
         metrics |= update.metrics
         metrics |= skipped_updates.observe(update.skip_reason == "nothing_trainable", trajectories)
         if update.applied:
             learner.sync(model)  # under torchrun: the trained shards gathered into rank 0's model
-            if engine is not None:  # with LoRA: W + BA under the base names
-                await engine.sync_weights(merged_state_dict(model), step + 1)
+        await pipeline.publish(step, lambda: merged_state_dict(model), update.applied)  # with LoRA: W + BA
         t2 = time.perf_counter()
         tokens = sum(t.num_sampled for t in trajectories)
         metrics |= {
             "time/rollout_s": t1 - t0,
             "time/train_s": t2 - t1,
             "time/step_s": t2 - t0,
-            "rollout/tokens_per_s": tokens / max(t1 - t0, 1e-9),
+            "rollout/tokens_per_s": tokens / max(batch.batch_s if batch is not None else t1 - t0, 1e-9),
         }
+        metrics |= pipeline.step_metrics() if batch is not None else {}
         if config.eval.every and (step + 1) % config.eval.every == 0 and step + 1 < config.rl.steps and held_out:
+            await pipeline.drain()  # the engine evaluates the trainer's weights, not a batch's older ones
             metrics |= await progress.during("eval", f"held-out at step {step + 1}", held_out())
         sink.write(step + 1, metrics, "rl")
         save_progress(
@@ -289,7 +300,8 @@ async def _train_in(
             world=world,
             learner=learner.extra_state(),
             faults=breaker.state(),
-            sampling=source.state(),
+            sampling=pipeline.source_state(batch, source.state()),  # async: as this step's draw left it
+            pipeline=pipeline.state(),
         )
         if tripped is not None:
             progress.stop()
@@ -300,6 +312,7 @@ async def _train_in(
             console.print(f"[red]stopping: {skipped_in_a_row} RL steps in a row skipped by stability guards[/]")
             break
     progress.stop()
+    await pipeline.drain()  # async: the batches started ahead finish; the engine gets the final weights
     if (note := skipped_updates.summary()) is not None:
         console.print(f"[yellow]{note}[/]", soft_wrap=True)
     final = run_dir / "checkpoints" / "final"
