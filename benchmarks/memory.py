@@ -7,15 +7,21 @@ episode, so nothing is dropped). Three variants, same model, seed and batch:
 
 * ``full`` — every weight trains (AdamW state for all of them);
 * ``lora`` — ``model.lora`` r=16 on q/k/v/o and the experts; only the adapters train;
-* ``lora_ckpt`` — the same with ``model.gradient_checkpointing=true``.
+* ``lora_ckpt`` — the same with ``model.gradient_checkpointing=true`` (which also runs an eager attention kernel in
+  query chunks: ``harmonyrl.models.grad_checkpointing``).
 
-Peak memory: torch's CPU allocations are invisible to tracemalloc, and ``torch.cuda.max_memory_allocated`` exists
-only on a GPU (used there instead). On the CPU each variant runs in a fresh subprocess that builds the model,
-learner and batch, resets the kernel's peak-RSS counter (writing ``5`` to ``/proc/self/clear_refs``), runs one
-update, and reports ``VmHWM`` minus the resident size just before them: the most memory the OS had to give the
-trainer for the update (activations saved for backward, gradients, optimizer state, temporaries). A fresh
-process per variant means no allocator cache carries over. Step time: that update's wall clock (including the
-optimizer state's first allocation, small beside the step); one step each on a shared machine: compare ratios only.
+Peak memory, two measures, each variant in a fresh subprocess (no allocator cache carries over):
+
+* ``tensor MiB`` (the ``RESULT`` figure): the most memory torch's live tensors took above what existed before the
+  update (activations saved for backward, gradients, optimizer state, temporaries), from the allocation and free
+  events ``torch.profiler`` records with ``profile_memory=True``: the CPU counterpart of
+  ``torch.cuda.max_memory_allocated`` (used on a GPU instead). It does not depend on the C allocator.
+* ``RSS MiB``: ``VmHWM`` minus the resident size just before the update, after resetting the kernel's peak counter
+  (writing ``5`` to ``/proc/self/clear_refs``): what the OS gave the process, including what glibc's malloc kept
+  after torch freed it (docs/memory.md: with many mid-sized buffers that is most of it).
+
+Step time: that update's wall clock (including the optimizer state's first allocation, and the profiler's
+bookkeeping, the same for every variant); one step each on a shared machine: compare ratios only.
 
 The last line: ``RESULT full_mib=… lora_mib=… lora_ckpt_mib=… lora_vs_full_step=…`` (LoRA's step time over the
 full fine-tune's). The goal: ``lora_ckpt_mib`` ≤ ½ ``full_mib``.
@@ -46,9 +52,27 @@ def _kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
+def _tensor_peak_mib(result: object) -> float:
+    """Peak of live CPU tensor bytes above the start, from a profiler result's allocation (+) and free (-) events."""
+    from torch._C._profiler import _EventType
+
+    events, stack = [], list(result.experimental_event_tree())  # type: ignore[attr-defined]
+    while stack:
+        e = stack.pop()
+        if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
+            events.append((e.start_time_ns, -e.extra_fields.alloc_size))  # same instant: allocations first
+        stack.extend(e.children)
+    live = peak = 0
+    for _, minus_bytes in sorted(events):
+        live -= minus_bytes
+        peak = max(peak, live)
+    return peak / 2**20
+
+
 def _child(variant: str, attention: str) -> dict[str, float]:
-    """One variant in this (fresh) process: peak MiB and seconds of one update."""
+    """One variant in this (fresh) process: peak MiB (tensors, RSS) and seconds of one update."""
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     from harmonyrl.config import load_config
     from harmonyrl.harmony.tokenizer import HarmonyTokenizer
@@ -82,11 +106,13 @@ def _child(variant: str, attention: str) -> dict[str, float]:
     base = _kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
     t0 = time.perf_counter()
-    assert learner.update(trajs).applied
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        assert learner.update(trajs).applied
     seconds = time.perf_counter() - t0
-    peak_mib = torch.cuda.max_memory_allocated() / 2**20 if cuda else (_kib("VmHWM") - base) / 1024
+    rss_mib = (_kib("VmHWM") - base) / 1024
+    peak_mib = torch.cuda.max_memory_allocated() / 2**20 if cuda else _tensor_peak_mib(prof.profiler.kineto_results)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return {"peak_mib": peak_mib, "step_s": seconds, "trainable": float(trainable)}
+    return {"peak_mib": peak_mib, "rss_mib": rss_mib, "step_s": seconds, "trainable": float(trainable)}
 
 
 def main() -> None:
@@ -98,17 +124,21 @@ def main() -> None:
     if args.child:
         print(json.dumps(_child(args.child, args.attention)))
         return
-    rows = {}
+    rows, load_before = {}, os.getloadavg()[0]
     for variant in VARIANTS:
         cmd = [sys.executable, __file__, "--child", variant, "--attention", args.attention]
+        # the profiler's USDT start/stop lines go to stderr; the child's last stdout line is its JSON
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows[variant] = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"micro model, one RL update of {EPISODES} episodes x {SEQ} tokens (prompt {PROMPT}), fp32, {args.attention}")
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'variant':<10} {'trainable':>10} {'peak MiB':>9} {'step s':>7}")
+    print(f"load average before: {load_before:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"{'variant':<10} {'trainable':>10} {'tensor MiB':>10} {'RSS MiB':>8} {'step s':>7}")
     for variant, r in rows.items():
-        print(f"{variant:<10} {int(r['trainable']):>10} {r['peak_mib']:>9.0f} {r['step_s']:>7.2f}")
+        mib = f"{r['peak_mib']:>10.0f} {r['rss_mib']:>8.0f}"
+        print(f"{variant:<10} {int(r['trainable']):>10} {mib} {r['step_s']:>7.2f}")
     full, lora, ckpt = (rows[v] for v in VARIANTS)
+    print(f"RSS full_mib={full['rss_mib']:.0f} lora_mib={lora['rss_mib']:.0f} lora_ckpt_mib={ckpt['rss_mib']:.0f}")
     print(
         f"RESULT full_mib={full['peak_mib']:.0f} lora_mib={lora['peak_mib']:.0f} lora_ckpt_mib={ckpt['peak_mib']:.0f} "
         f"lora_vs_full_step={lora['step_s'] / full['step_s']:.2f}"

@@ -164,3 +164,102 @@ def test_team_invariant_eager_is_eager_in_the_forward_and_close_in_the_backward(
     assert ref_grads.keys() == grads.keys() and any("sinks" in n for n in grads)
     for name, g in ref_grads.items():
         assert torch.allclose(grads[name], g, atol=1e-6 * max(1.0, g.abs().max().item())), name
+
+
+@pytest.mark.parametrize("kernel", ["eager", "harmonyrl_eager"])
+def test_chunked_eager_twins_equal_their_kernel_with_all_gradients(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 7 query rows per chunk: 50 positions make 8 chunks; sliding window (32) and right padding come from HF's masks
+    from harmonyrl.models import attention
+
+    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 3 * 4 * 7 * 51)
+    torch.manual_seed(0)
+    model = _model()
+    ref, ref_grads = _logits_and_grads(model, kernel)
+    out, grads = _logits_and_grads(model, attention.CHUNKED_EAGER[kernel])
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
+    assert ref_grads.keys() == grads.keys() and any("sinks" in n for n in grads)
+    for name, g in ref_grads.items():
+        assert torch.allclose(grads[name], g, atol=1e-6 * max(1.0, g.abs().max().item())), name
+
+
+@pytest.mark.parametrize("padding", ["none", "left"])
+def test_chunked_eager_rows_equal_eager_where_rows_see_nothing(padding: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # left padding: the first queries of row 1 see no key at all; eager gives them 0 (the sink takes everything)
+    from types import SimpleNamespace
+
+    from harmonyrl.models import attention
+
+    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 2 * 4 * 16 * 61)  # 16 rows per chunk
+    b, h, kvh, t, d = 2, 4, 2, 60, 8
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(b, n, t, d, generator=g, requires_grad=True) for n in (h, kvh, kvh))
+    sinks = (torch.randn(h, generator=g) * 2).requires_grad_()
+    keep = torch.ones(t, t, dtype=torch.bool).tril()[None, None].repeat(b, 1, 1, 1)
+    if padding == "left":
+        keep[1, ..., :20] = False
+    ref = _eager(q, k, v, sinks, keep)
+    module = SimpleNamespace(num_key_value_groups=h // kvh, sinks=sinks, training=False)
+    chunked = attention._chunked_eager(attention._torch_softmax)
+    out = chunked(module, q, k, v, None if padding == "none" else keep, d**-0.5)[0].transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
+    if padding == "left":
+        assert out[1, :, :20].abs().max() == 0
+    weights = torch.randn(b, h, t, d, generator=g)
+    ref_grads = torch.autograd.grad((ref * weights).sum(), [q, k, v, sinks])
+    grads = torch.autograd.grad((out * weights).sum(), [q, k, v, sinks])
+    for name, gr, gref in zip(["q", "k", "v", "sinks"], grads, ref_grads, strict=True):
+        assert torch.allclose(gr, gref, atol=1e-6 * max(1.0, gref.abs().max().item())), name
+
+
+def test_chunked_eager_with_the_shared_prefix_cache_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the tail's queries sit after the cached prefix's keys (T != S, no mask from HF): causal rows aligned right
+    from harmonyrl.models import attention
+
+    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 3 * 4 * 5 * 53)
+    model = _model()
+    g = torch.Generator().manual_seed(2)
+    head = torch.randint(1, VOCAB, (40,), generator=g)
+    ids = torch.stack([torch.cat([head, torch.randint(1, VOCAB, (12,), generator=g)]) for _ in range(3)])
+    attn = torch.ones_like(ids)
+    set_kernel(model, "eager")
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=attn).logits
+    set_kernel(model, "harmonyrl_eager_chunked")
+    with torch.no_grad():
+        out = _forward(model, ids, attn)[0]
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
+
+
+def _largest_tensor(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    """Elements of the largest tensor any op makes in a forward and backward of ``model`` on ``ids``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        most = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for x in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(x, torch.Tensor):
+                    Largest.most = max(Largest.most, x.numel())
+            return out
+
+    with Largest():
+        model(input_ids=ids).logits.sum().backward()
+    return Largest.most
+
+
+def test_chunked_eager_never_forms_the_whole_score_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4 heads x 300 x 301 scores (361,200 elements) in eager; chunks of 20 query rows in the twin; nothing else in
+    # the nano model's pass comes near (the largest, an MoE buffer, is 300 x 256)
+    from harmonyrl.models import attention
+
+    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 4 * 20 * 301)
+    model = _model()
+    ids = torch.randint(1, VOCAB, (1, 300), generator=torch.Generator().manual_seed(0))
+    set_kernel(model, "eager")
+    assert _largest_tensor(model, ids) >= 4 * 300 * 301
+    set_kernel(model, "harmonyrl_eager_chunked")
+    assert _largest_tensor(model, ids) < 4 * 300 * 301 // 4

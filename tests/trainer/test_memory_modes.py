@@ -9,7 +9,8 @@ import torch
 
 from harmonyrl.config import RLConfig
 from harmonyrl.models import grad_checkpointing
-from harmonyrl.models.lora import add_lora
+from harmonyrl.models.attention import kernel_of, set_kernel
+from harmonyrl.models.lora import add_lora, merged_model
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import collate, score
 from harmonyrl.trainer.learner import Learner
@@ -115,4 +116,27 @@ def test_rl_update_with_checkpointing_and_lora_in_bf16_is_on_policy() -> None:
     add_lora(model, r=4, alpha=8.0, dropout=0.0, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
     grad_checkpointing.enable(model)
     learner = Learner.create(RLConfig(lr=1e-2), model, pad_id=0, norm=64.0, seed=0, precision="bf16")
+    assert _on_policy(lambda: learner.update(_episodes()).metrics) == 0.0
+
+
+@pytest.mark.parametrize(("kernel", "chunked"), [("eager", "harmonyrl_eager_chunked"),
+    ("harmonyrl_eager", "harmonyrl_eager_team_chunked"), ("harmonyrl_sink_sdpa", "harmonyrl_sink_sdpa")])  # fmt: skip
+def test_checkpointing_runs_an_eager_kernel_in_query_chunks(kernel: str, chunked: str) -> None:
+    # the recomputed layer's [B, H, T, T + 1] eager scores were the checkpointed update's peak (docs/memory.md)
+    model = _model()
+    set_kernel(model, kernel)
+    grad_checkpointing.enable(model)
+    assert kernel_of(model) == chunked
+    add_lora(model, r=4, alpha=8.0, dropout=0.0, targets=("q_proj",))
+    assert kernel_of(merged_model(model)) == chunked  # the reference model / engine copy keeps it
+
+
+def test_checkpointed_two_pass_update_is_on_policy() -> None:
+    # a KL penalty in the reward forces a no-grad pass (prompt shared, KV cache) before the checkpointed gradient
+    # pass (no cache): both run the chunked kernel, so the first minibatch's ratio is exactly 1
+    model = _model()
+    grad_checkpointing.enable(model)
+    cfg = RLConfig(lr=1e-3, kl={"coef": 0.1, "use": "reward"})
+    assert not single_pass(cfg, 12, None)
+    learner = Learner.create(cfg, model, pad_id=0, norm=64.0, seed=0)
     assert _on_policy(lambda: learner.update(_episodes()).metrics) == 0.0

@@ -19,6 +19,13 @@ CPU (sdpa is refused, flex attention refuses sinks). Kernels here, registered wi
 * ``harmonyrl_sinkless`` — the same fused path *without* the sink: deliberately wrong, to reproduce the
   sampler/trainer mismatch of the public GPT-OSS retrospective in experiments.
 
+The two eager kernels have query-chunked twins (:data:`CHUNKED_EAGER`, not user-facing names): the same
+operations on :data:`EAGER_CHUNK_ELEMENTS`-sized blocks of query rows, so a ``[B, H, T, S + 1]`` score tensor and
+its softmax copies never exist whole. Activation checkpointing switches to them (:func:`chunk_eager_queries`):
+with every layer's activations recomputed, the peak of an update is the recomputed layer's attention
+temporaries (measured, docs/memory.md). Each row's softmax sees the row's whole key range and the same additive
+mask values as eager (``0`` / the dtype's minimum), so the rows come out as eager's.
+
 On CPU the sink kernel takes a faster route (:class:`_FlashSink`, measured by ``benchmarks/attention.py``). The
 augmented key above forces an explicit mask, and a masked SDPA call visits every query/key block: causal
 block skipping is lost and a 128-token sliding window costs as much as full attention. Instead the sink is
@@ -33,6 +40,7 @@ reaches, so a sliding-window layer costs O(T · (chunk + window)) instead of O(T
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -50,6 +58,10 @@ if TYPE_CHECKING:
 
 KernelName = Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
 KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
+CHUNKED_EAGER: dict[str, str] = {"eager": "harmonyrl_eager_chunked", "harmonyrl_eager": "harmonyrl_eager_team_chunked"}
+"""Each eager kernel's query-chunked twin (same rows, bounded temporaries); see the module docstring."""
+EAGER_CHUNK_ELEMENTS = 1 << 21
+"""Most score elements (``B · H · rows · (S + 1)``, 8 MiB in fp32) a chunked eager kernel forms at once."""
 
 
 def _keep_mask(attention_mask: torch.Tensor | None, s: int) -> torch.Tensor | None:
@@ -271,6 +283,63 @@ def _team_invariant_eager(
     return out.transpose(1, 2).contiguous(), scores
 
 
+def _eager_rows(
+    module: GptOssAttention,
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    keep: torch.Tensor,
+    scaling: float,
+    softmax: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """transformers' eager GPT-OSS attention for some query rows: ``query`` ``[B, H, c, D]``, ``keys``/``values``
+    ``[B, H, S, D]`` (KV heads repeated), ``keep`` boolean ``[B|1, 1, c, S]`` → ``[B, H, c, D]``."""
+    zero = torch.zeros((), dtype=module.sinks.dtype, device=keep.device)
+    bias = torch.where(keep, zero, torch.finfo(module.sinks.dtype).min)
+    weights = torch.matmul(query, keys.transpose(2, 3)) * scaling + bias  # eager_mask's 0 / min, added as eager does
+    sinks = module.sinks.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
+    combined = torch.cat([weights, sinks], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    scores = softmax(combined)[..., :-1]  # the sink takes its share, then is dropped
+    return torch.matmul(scores.to(values.dtype), values)
+
+
+def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
+    return F.softmax(x, dim=-1, dtype=x.dtype)  # what transformers' eager kernel calls
+
+
+def _chunked_eager(softmax: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    def attention(
+        module: GptOssAttention,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        scaling: float,
+        dropout: float = 0.0,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        if dropout and module.training:
+            raise ValueError("harmonyrl attention kernels do not implement attention dropout")
+        b, h, t, _ = query.shape
+        s = key.shape[2]
+        keep = _keep_mask(attention_mask, s)
+        keys, values = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
+        rows = max(1, EAGER_CHUNK_ELEMENTS // (b * h * (s + 1)))
+        parts = []
+        for q0 in range(0, t, rows):
+            q1 = min(q0 + rows, t)
+            if keep is None:  # HF skipped a causal mask: queries aligned to the last keys
+                chunk = torch.ones(q1 - q0, s, dtype=torch.bool, device=query.device).tril(q0 + s - t)[None, None]
+            else:
+                chunk = keep[..., q0:q1, :]
+            parts.append(_eager_rows(module, query[:, :, q0:q1], keys, values, chunk, scaling, softmax))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+        return out.transpose(1, 2).contiguous(), None
+
+    return attention
+
+
 def _sdpa_mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
     """HF's boolean sdpa mask. HF returns None for a purely causal mask with ``T == S`` (or a single query, which
     sees every key) so that the kernel can skip the masked blocks; sliding-window layers whose window binds
@@ -286,11 +355,16 @@ def register_kernels() -> None:
         AttentionMaskInterface.register(name, _sdpa_mask)
     AttentionInterface.register("harmonyrl_eager", _team_invariant_eager)
     AttentionMaskInterface.register("harmonyrl_eager", eager_mask)  # the additive mask transformers' eager takes
+    for eager, softmax in (("eager", _torch_softmax), ("harmonyrl_eager", softmax_last_dim)):
+        AttentionInterface.register(CHUNKED_EAGER[eager], _chunked_eager(softmax))
+        # boolean (a quarter of eager's float mask) or none at all for a causal layer: the chunks build their part
+        AttentionMaskInterface.register(CHUNKED_EAGER[eager], _sdpa_mask)
 
 
-def set_kernel(model: PreTrainedModel, kernel: KernelName) -> None:
-    """Switch a loaded GPT-OSS model's attention kernel in place (training and scoring passes)."""
-    if kernel not in KERNELS:
+def set_kernel(model: PreTrainedModel, kernel: str) -> None:
+    """Switch a loaded GPT-OSS model's attention kernel in place (training and scoring passes): one of
+    :data:`KERNELS` or their chunked twins (:data:`CHUNKED_EAGER`)."""
+    if kernel not in KERNELS and kernel not in CHUNKED_EAGER.values():
         raise ValueError(f"unknown attention kernel {kernel!r}; choose from {', '.join(KERNELS)}")
     register_kernels()
     model.config._attn_implementation = kernel
@@ -298,3 +372,16 @@ def set_kernel(model: PreTrainedModel, kernel: KernelName) -> None:
         cfg = getattr(module, "config", None)
         if cfg is not None and hasattr(cfg, "_attn_implementation"):
             cfg._attn_implementation = kernel
+
+
+def kernel_of(model: PreTrainedModel) -> str:
+    """The attention kernel ``model`` runs (``config._attn_implementation``)."""
+    return str(model.config._attn_implementation)
+
+
+def chunk_eager_queries(model: PreTrainedModel) -> None:
+    """If ``model`` runs an eager kernel, switch it to that kernel's query-chunked twin (same rows, no
+    ``[B, H, T, S + 1]`` tensor); other kernels never form one and are left as they are."""
+    kernel = kernel_of(model)
+    if kernel in CHUNKED_EAGER:
+        set_kernel(model, CHUNKED_EAGER[kernel])

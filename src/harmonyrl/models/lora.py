@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.models.attention import KERNELS, set_kernel
+from harmonyrl.models.attention import CHUNKED_EAGER, KERNELS, kernel_of, set_kernel
 
 ADAPTER = "default"
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -117,12 +117,12 @@ def merged_model(model: GptOssForCausalLM) -> GptOssForCausalLM:
         return model
     from transformers.initialization import no_init_weights
 
-    kernel = model.config._attn_implementation
+    kernel = kernel_of(model)
     config = copy.deepcopy(model.config)
     config._attn_implementation = "eager"  # the constructor checks the name; our own kernels are set after
     with no_init_weights():  # every weight is overwritten below: skip the random initialisation
         plain = GptOssForCausalLM(config)
-    if kernel in KERNELS:
+    if kernel in KERNELS or kernel in CHUNKED_EAGER.values():  # a checkpointed trainer's chunked eager too
         set_kernel(plain, kernel)
     first = next(model.parameters())
     torch.nn.Module.to(plain, device=first.device, dtype=first.dtype)  # in place (PreTrainedModel.to types unbound)

@@ -160,8 +160,9 @@ def _forward(
     def last_hidden(out: Any) -> torch.Tensor | None:
         return out.hidden_states[-1] if hidden or not head else None
 
-    # a checkpointed layer keeps no KV cache (transformers drops it), so the prefix could not be shared
-    if share_prefix and b >= 2 and p >= MIN_SHARED_PREFIX and not grad_checkpointing.active(model):
+    # a checkpointed layer keeps no KV cache (transformers drops it), so the prefix could not be shared; a no-grad
+    # pass of a checkpointed model does not share it either, so that it computes what the gradient pass computes
+    if share_prefix and b >= 2 and p >= MIN_SHARED_PREFIX and not grad_checkpointing.enabled(model):
         with _window(routing, *head_win):
             first = model(input_ids=input_ids[:1, :p], use_cache=True, **extra)
         cache = output_cache(first)
