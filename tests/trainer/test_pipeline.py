@@ -167,3 +167,22 @@ def test_the_checkpointed_task_position_is_the_one_this_steps_draw_left(k: int) 
         return saved
 
     assert asyncio.run(go()) == {"kind": "sequential", "cursor": 1}
+
+
+def test_the_sync_after_an_update_is_timed_once() -> None:
+    """k = 0: the weight sync after an applied update is outside every batch's engine window; the loop reads its
+    seconds from ``step_metrics`` (``time/sync_s``), once, and 0 when no update was applied."""
+
+    async def go() -> list[float]:
+        engine = WeightsEngine()
+        trainer = Trainer(engine)
+        pipe = await Pipeline.create(AsyncConfig(), engine, trainer.collect, 0, 3, None, trainer.weights)
+        seen = []
+        for step, applied in enumerate([True, False]):
+            await pipe.batch(step)
+            await pipe.publish(step, trainer.weights, applied=applied)
+            seen.append(pipe.step_metrics()["time/sync_s"])
+        return seen
+
+    applied, skipped = asyncio.run(go())
+    assert applied > 0.0 and skipped == 0.0

@@ -132,6 +132,8 @@ class Pipeline:
         self._busy_done = 0.0
         self._busy_since: float | None = None
         self._waited = 0.0
+        self._sync_s = 0.0
+        """Seconds of this step's weight sync after its update (k = 0; async batches load theirs while collecting)."""
         self._iteration = (time.perf_counter(), 0.0)
         """When the current loop iteration began, and the engine's busy seconds then."""
         if self.k > 0:
@@ -186,7 +188,9 @@ class Pipeline:
         version ``step + 1``; k > 0: they become snapshot ``step + 1`` and the batches it enables start."""
         if self.k == 0:
             if applied and self.engine is not None:
+                t0 = time.perf_counter()
                 await self.engine.sync_weights(weights(), step + 1)
+                self._sync_s = time.perf_counter() - t0
                 self.version = step + 1
             return
         self.version = step + 1
@@ -217,11 +221,16 @@ class Pipeline:
 
     def step_metrics(self) -> dict[str, float]:
         """Idle fractions since :meth:`batch` was called: the learner's (waiting for its batch) and the engine's
-        (no batch in flight)."""
+        (no batch in flight); and the seconds the weight sync after the update took (0 when none ran)."""
         now = time.perf_counter()
         wall = max(now - self._iteration[0], 1e-9)
         engine_busy = min(self._busy(now) - self._iteration[1], wall)
-        return {"time/learner_idle_frac": self._waited / wall, "time/engine_idle_frac": 1.0 - engine_busy / wall}
+        sync_s, self._sync_s = self._sync_s, 0.0
+        return {
+            "time/learner_idle_frac": self._waited / wall,
+            "time/engine_idle_frac": 1.0 - engine_busy / wall,
+            "time/sync_s": sync_s,
+        }
 
     # ------------------------------------------------------------------ inside
 
