@@ -60,6 +60,10 @@ class ModelConfig(Frozen):
     """Trainer attention kernel: transformers' eager reference, the same math with a softmax backward independent of
     the thread count, the fused exact sink kernel, or a deliberately sink-less one (reproduces the sampler/trainer
     mismatch); see ``harmonyrl.models.attention``."""
+    sink_init: float | None = Field(None, ge=-30, le=30)
+    """Start every attention sink logit of a freshly built model at this value (None: transformers' N(0, 0.02));
+    large values make the sinks carry most of the attention mass, as in released GPT-OSS checkpoints. Not
+    allowed with ``init_from`` (the checkpoint's sinks are the start)."""
     engine_sinks: bool = True
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
     tokenizer: TokenizerName = "harmonyrl_bpe"
@@ -80,6 +84,12 @@ class ModelConfig(Frozen):
         if path is not None and not (path / "config.json").is_file():
             raise ValueError(f"'{path}' is not a checkpoint folder (no config.json inside)")
         return path
+
+    @model_validator(mode="after")
+    def _sink_init_needs_fresh_model(self) -> ModelConfig:
+        if self.sink_init is not None and self.init_from is not None:
+            raise ValueError("model.sink_init sets a fresh model's sinks; model.init_from's checkpoint has its own")
+        return self
 
 
 class SFTConfig(Frozen):
