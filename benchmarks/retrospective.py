@@ -16,6 +16,8 @@ Then the sweep: (a) and (d) from a warm start at each ``--sweep`` sink init.
 Per-step curves are of the *training* reward (rollout/reward: held-out evaluation every step would cost more than
 the step); held-out pass@1 is measured before and after RL. Writes ``retrospective.png`` (curves),
 ``sink_sweep.png`` and ``sweep.md`` (sweep), ``retrospective.md`` (arms, per-layer sink mass) into ``--out``.
+Finished warm starts and runs already in ``--out`` are reused, so an interrupted benchmark continues where it stopped
+and a longer ``--sweep`` adds only its new points.
 Last line: ``RESULT a_final=… b_final=… c_final=… d_final=… [e_final=… e_r3_final=…] a_maxgrad=… d_maxgrad=…
 a_kl=… d_kl=… sink_mass=…``.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import tempfile
 from pathlib import Path
@@ -36,7 +39,9 @@ import matplotlib.pyplot as plt
 import torch
 from rich.console import Console
 
+from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.config import load_config
+from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.sinks import sink_mass_by_layer
 from harmonyrl.models.tiny_gpt_oss import load_model
 from harmonyrl.rollout.store import read_step, step_path
@@ -75,13 +80,21 @@ def _sink_arg(sink: str) -> list[str]:
 
 def warm_start(sink: str, base: list[str], console: Console) -> Path:
     """SFT with the exact sink kernel from a model whose sinks start at ``sink``: the checkpoint folder."""
+    done = Path(next(a.split("=", 1)[1] for a in base if a.startswith("output_dir="))) / f"sft_{sink}"
+    if (done / "checkpoints" / "sft" / "config.json").is_file():  # an earlier invocation with the same --out
+        console.print(f"warm start, sink_init={sink}: reusing {done}")
+        return done / "checkpoints" / "sft"
     console.rule(f"warm start, sink_init={sink}")
     cfg = load_config(None, [*base, EXACT, *_sink_arg(sink), f"run_name=sft_{sink}"])
     return asyncio.run(sft_only(cfg, console))
 
 
 def run_arm(name: str, extra: list[str], warm: Path, base: list[str], console: Console) -> Path:
-    """One RL run from ``warm``: its run folder."""
+    """One RL run from ``warm``: its run folder (a finished one of an earlier invocation is reused)."""
+    done = Path(next(a.split("=", 1)[1] for a in base if a.startswith("output_dir="))) / name
+    if (done / "summary.json").is_file():
+        console.print(f"({name}): reusing the finished run {done}")
+        return done
     cfg = load_config(None, [*base, *extra, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}"])
     return asyncio.run(train(cfg, console)).run_dir
 
@@ -89,14 +102,43 @@ def run_arm(name: str, extra: list[str], warm: Path, base: list[str], console: C
 def sink_mass(warm: Path, run_dir: Path) -> torch.Tensor:
     """Sink share ``[L, H]`` of the warm start on the first RL step's episodes (what the policy really sees:
     multi-turn conversations with tool results), at most ``MEASURED_EPISODES`` of them."""
+    ids, mask, _ = _episodes(run_dir)
+    return sink_mass_by_layer(load_model(warm), ids, mask)
+
+
+def _episodes(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first RL step's episodes (at most ``MEASURED_EPISODES``), right-padded: ids, attention and loss masks."""
     trajs = read_step(step_path(run_dir, 1))[:MEASURED_EPISODES]
     width = max(len(t.token_ids) for t in trajs)
-    ids = torch.zeros(len(trajs), width, dtype=torch.long)
-    mask = torch.zeros(len(trajs), width, dtype=torch.long)
+    ids, mask, loss = (torch.zeros(len(trajs), width, dtype=torch.long) for _ in range(3))
     for i, t in enumerate(trajs):  # right padding: causal attention keeps the real tokens' rows exact
         ids[i, : len(t.token_ids)] = torch.tensor(t.token_ids)
         mask[i, : len(t.token_ids)] = 1
-    return sink_mass_by_layer(load_model(warm), ids, mask)
+        loss[i, : len(t.token_ids)] = torch.tensor(t.loss_mask)
+    return ids, mask, loss
+
+
+@torch.no_grad()
+def kl_by_position(warm: Path, run_dir: Path, buckets: tuple[int, ...] = (144, 176, 208)) -> list[float]:
+    """Mean k3 KL(sink-aware ‖ sink-less) of the warm start on the sampled tokens of ``run_dir``'s first step,
+    by position bucket (``< 144``, ``< 176``, ``< 208``, the rest; prompts take the first ~130 positions): where in
+    an episode a sink-less kernel goes wrong."""
+    ids, mask, loss = _episodes(run_dir)
+    model = load_model(warm).eval()
+    logps = []
+    for kernel in ("harmonyrl_sink_sdpa", "harmonyrl_sinkless"):
+        set_kernel(model, kernel)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].double()
+        logps.append(torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0])
+    kl = kl_k3(logps[0], logps[1])
+    sampled = loss[:, 1:].bool()
+    pos = torch.arange(1, ids.shape[1]).expand_as(sampled)
+    edges = (0, *buckets, ids.shape[1] + 1)
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        sel = sampled & (pos >= lo) & (pos < hi)
+        out.append(float(kl[sel].mean()) if bool(sel.any()) else float("nan"))
+    return out
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -205,9 +247,12 @@ def experiment(args: argparse.Namespace, base: list[str], out: Path, console: Co
     summary = {k: summarize(r) for k, r in runs.items()}
     title = f"sink_init={args.sink} (mean sink mass {float(mass.mean()):.2f}), {args.steps} RL steps"
     plot_curves(runs, labels, out / "retrospective.png", title)
+    by_pos = ", ".join(f"{v:.3g}" for v in kl_by_position(warm, dirs["d"]))
     lines = [f"## arms: {title}", "", *arm_table(summary, labels), "",
              "## sink attention mass of the warm start, per layer and head", "",
-             *mass_table(mass, list(load_model(warm).config.layer_types))]  # fmt: skip
+             *mass_table(mass, list(load_model(warm).config.layer_types)), "",
+             f"KL(sink-aware ‖ sink-less) of the warm start by position (<144, <176, <208, rest): {by_pos}",
+             ]  # fmt: skip
     (out / "retrospective.md").write_text("\n".join(lines) + "\n")
     console.print("\n".join(lines), highlight=False)
     return summary, float(mass.mean())
