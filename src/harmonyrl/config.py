@@ -63,6 +63,10 @@ class ModelConfig(Frozen):
     """Trainer attention kernel: transformers' eager reference, the same math with a softmax backward independent of
     the thread count, the fused exact sink kernel, or a deliberately sink-less one (reproduces the sampler/trainer
     mismatch); see ``harmonyrl.models.attention``."""
+    sink_init: float | None = Field(None, ge=-30, le=30)
+    """Start every attention sink logit of a freshly built model at this value (None: transformers' N(0, 0.02));
+    large values make the sinks carry most of the attention mass, as in released GPT-OSS checkpoints. Not
+    allowed with ``init_from`` (the checkpoint's sinks are the start)."""
     engine_sinks: bool = True
     """False runs the embedded engine without attention sinks (the other side of the mismatch experiment)."""
     tokenizer: TokenizerName = "harmonyrl_bpe"
@@ -88,9 +92,11 @@ class ModelConfig(Frozen):
         return path
 
     @model_validator(mode="after")
-    def _head_init_is_fresh(self) -> ModelConfig:
+    def _fresh_model_knobs(self) -> ModelConfig:
         if self.head_init != "random" and self.init_from is not None:
             raise ValueError("model.head_init applies to a fresh model only: it cannot be set with model.init_from")
+        if self.sink_init is not None and self.init_from is not None:
+            raise ValueError("model.sink_init sets a fresh model's sinks; model.init_from's checkpoint has its own")
         return self
 
 

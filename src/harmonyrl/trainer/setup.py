@@ -28,6 +28,7 @@ from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.lora import ADAPTER_FILE, add_lora, load_adapters, merged_model
+from harmonyrl.models.sinks import set_sinks
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.tasks.factory import make_factory as make_env_factory
@@ -149,7 +150,10 @@ def make_model(config: RunConfig, tok: RunCodec) -> GptOssForCausalLM:
         tok.special.return_,
         max_positions=max(1024, config.rollout.max_seq_len),
     )
-    return for_training(config, build_model(mcfg, seed=config.seed, head_init=config.model.head_init))
+    model = build_model(mcfg, seed=config.seed, head_init=config.model.head_init)
+    if config.model.sink_init is not None:
+        set_sinks(model, config.model.sink_init)
+    return for_training(config, model)
 
 
 def resume_model(config: RunConfig, tok: RunCodec, folder: Path) -> GptOssForCausalLM:

@@ -1,0 +1,292 @@
+"""The public GPT-OSS retrospective at small scale: a sink-less trainer kernel with sinks that carry real mass.
+
+    python benchmarks/retrospective.py [--sink 4] [--sweep none,2,4,6] [--steps 20] [--out DIR] [key=value ...]
+
+``benchmarks/mismatch.py`` shows the mismatch on a freshly initialised model, whose sinks take ~1/T of the
+attention and barely matter. Here every warm start begins with its sink logits at ``model.sink_init`` and is
+trained with the exact sink kernel, so its sinks carry the mass a GPT-OSS checkpoint's do. From the warm start
+at ``--sink``, equal seeds and budget:
+  (a) sink-aware engine, sink-less trainer (``harmonyrl_sinkless``), no correction — the retrospective's bug;
+  (b) the same + sequence-level truncated IS;      (c) the same + token-level masked IS;
+  (d) matched sink-aware kernels (the exact fused kernel in the trainer);
+  (e) (d) with a bf16 engine, whose rounding flips MoE routing against the fp32 trainer, without and with
+      routing replay (R3) — only with ``--routing`` (the bf16 engine decodes in torch, not the C step: slower).
+Then the sweep: (a) and (d) from a warm start at each ``--sweep`` sink init.
+
+Per-step curves are of the *training* reward (rollout/reward: held-out evaluation every step would cost more than
+the step); held-out pass@1 is measured before and after RL. Writes ``retrospective.png`` (curves),
+``sink_sweep.png`` and ``sweep.md`` (sweep), ``retrospective.md`` (arms, per-layer sink mass) into ``--out``.
+Finished warm starts and runs already in ``--out`` are reused, so an interrupted benchmark continues where it stopped
+and a longer ``--sweep`` adds only its new points.
+Last line: ``RESULT a_final=… b_final=… c_final=… d_final=… [e_final=… e_r3_final=…] a_maxgrad=… d_maxgrad=…
+a_kl=… d_kl=… sink_mass=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import torch
+from rich.console import Console
+
+from harmonyrl.algorithms.kl import kl_k3
+from harmonyrl.config import load_config
+from harmonyrl.models.attention import set_kernel
+from harmonyrl.models.sinks import sink_mass_by_layer
+from harmonyrl.models.tiny_gpt_oss import load_model
+from harmonyrl.rollout.store import read_step, step_path
+from harmonyrl.trainer.loop import sft_only, train
+
+SINKLESS, EXACT = "model.attention=harmonyrl_sinkless", "model.attention=harmonyrl_sink_sdpa"
+ARMS: dict[str, tuple[str, list[str]]] = {
+    "a": ("sink-less trainer, no correction", [SINKLESS]),
+    "b": ("sink-less + seq-level TIS", [SINKLESS, "rl.correction.weights.mode=truncate",
+                                        "rl.correction.weights.level=sequence"]),
+    "c": ("sink-less + token-level MIS", [SINKLESS, "rl.correction.weights.mode=mask",
+                                          "rl.correction.weights.level=token"]),
+    "d": ("matched sink kernels", [EXACT]),
+}  # fmt: skip
+ROUTING_ARMS: dict[str, tuple[str, list[str]]] = {
+    "e": ("(d) + bf16 engine (routing flips)", [EXACT, "rollout.engine.dtype=bfloat16"]),
+    "e_r3": ("(e) + routing replay R3", [EXACT, "rollout.engine.dtype=bfloat16", "rl.routing_replay=r3"]),
+}
+PANELS = (
+    ("rollout/reward", "training reward", False),
+    ("mismatch/kl_k3", "mismatch KL (k3)", True),
+    ("train/grad_norm", "grad norm (pre-clip, max)", True),
+    ("mismatch/ess_seq", "sequence ESS", False),
+    ("train/ratio_max_dev_first_mb", "|ratio − 1| on the first minibatch", False),
+)
+MEASURED_EPISODES = 32
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _sink_arg(sink: str) -> list[str]:
+    return [] if sink == "none" else [f"model.sink_init={sink}"]
+
+
+def warm_start(sink: str, base: list[str], console: Console) -> Path:
+    """SFT with the exact sink kernel from a model whose sinks start at ``sink``: the checkpoint folder."""
+    done = Path(next(a.split("=", 1)[1] for a in base if a.startswith("output_dir="))) / f"sft_{sink}"
+    if (done / "checkpoints" / "sft" / "config.json").is_file():  # an earlier invocation with the same --out
+        console.print(f"warm start, sink_init={sink}: reusing {done}")
+        return done / "checkpoints" / "sft"
+    console.rule(f"warm start, sink_init={sink}")
+    cfg = load_config(None, [*base, EXACT, *_sink_arg(sink), f"run_name=sft_{sink}"])
+    return asyncio.run(sft_only(cfg, console))
+
+
+def run_arm(name: str, extra: list[str], warm: Path, base: list[str], console: Console) -> Path:
+    """One RL run from ``warm``: its run folder (a finished one of an earlier invocation is reused)."""
+    done = Path(next(a.split("=", 1)[1] for a in base if a.startswith("output_dir="))) / name
+    if (done / "summary.json").is_file():
+        console.print(f"({name}): reusing the finished run {done}")
+        return done
+    cfg = load_config(None, [*base, *extra, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}"])
+    return asyncio.run(train(cfg, console)).run_dir
+
+
+def sink_mass(warm: Path, run_dir: Path) -> torch.Tensor:
+    """Sink share ``[L, H]`` of the warm start on the first RL step's episodes (what the policy really sees:
+    multi-turn conversations with tool results), at most ``MEASURED_EPISODES`` of them."""
+    ids, mask, _ = _episodes(run_dir)
+    return sink_mass_by_layer(load_model(warm), ids, mask)
+
+
+def _episodes(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first RL step's episodes (at most ``MEASURED_EPISODES``), right-padded: ids, attention and loss masks."""
+    trajs = read_step(step_path(run_dir, 1))[:MEASURED_EPISODES]
+    width = max(len(t.token_ids) for t in trajs)
+    ids, mask, loss = (torch.zeros(len(trajs), width, dtype=torch.long) for _ in range(3))
+    for i, t in enumerate(trajs):  # right padding: causal attention keeps the real tokens' rows exact
+        ids[i, : len(t.token_ids)] = torch.tensor(t.token_ids)
+        mask[i, : len(t.token_ids)] = 1
+        loss[i, : len(t.token_ids)] = torch.tensor(t.loss_mask)
+    return ids, mask, loss
+
+
+@torch.no_grad()
+def kl_by_position(warm: Path, run_dir: Path, buckets: tuple[int, ...] = (144, 176, 208)) -> list[float]:
+    """Mean k3 KL(sink-aware ‖ sink-less) of the warm start on the sampled tokens of ``run_dir``'s first step,
+    by position bucket (``< 144``, ``< 176``, ``< 208``, the rest; prompts take the first ~130 positions): where in
+    an episode a sink-less kernel goes wrong."""
+    ids, mask, loss = _episodes(run_dir)
+    model = load_model(warm).eval()
+    logps = []
+    for kernel in ("harmonyrl_sink_sdpa", "harmonyrl_sinkless"):
+        set_kernel(model, kernel)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].double()
+        logps.append(torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0])
+    kl = kl_k3(logps[0], logps[1])
+    sampled = loss[:, 1:].bool()
+    pos = torch.arange(1, ids.shape[1]).expand_as(sampled)
+    edges = (0, *buckets, ids.shape[1] + 1)
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        sel = sampled & (pos >= lo) & (pos < hi)
+        out.append(float(kl[sel].mean()) if bool(sel.any()) else float("nan"))
+    return out
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Held-out before/after, mean mismatch KL, max grad norm, mean ESS and the worst ratio deviation of a run."""
+    rl = [r for r in rows if r["phase"] == "rl" and "mismatch/kl_k3" in r]
+    evals = [r for r in rows if r["phase"] == "eval"]
+    n = max(1, len(rl))
+    return {
+        "before": evals[0]["eval/success"],
+        "final": evals[-1]["eval/success"],
+        "kl": sum(r["mismatch/kl_k3"] for r in rl) / n,
+        "grad": max((r["train/grad_norm"] for r in rl), default=0.0),
+        "ess": sum(r["mismatch/ess_seq"] for r in rl) / n,
+        "dev": max((r["train/ratio_max_dev_first_mb"] for r in rl), default=0.0),
+        "reward_last5": sum(r["rollout/reward"] for r in rl[-5:]) / max(1, len(rl[-5:])),
+    }
+
+
+def plot_curves(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str], path: Path, title: str) -> None:
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.6))
+    for key, rows in runs.items():
+        rl = [r for r in rows if r["phase"] == "rl" and "mismatch/kl_k3" in r]
+        for ax, (metric, name, log) in zip(axes, PANELS, strict=True):
+            ax.plot([r["step"] for r in rl], [max(r.get(metric, 0.0), 1e-14) if log else r.get(metric, 0.0)
+                                              for r in rl], label=f"({key}) {labels[key]}")  # fmt: skip
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel("RL step")
+            if log:
+                ax.set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_sweep(sweep: list[dict[str, float]], path: Path) -> None:
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    xs = [s["mass"] for s in sweep]
+    ax1.plot(xs, [max(s["a_kl"], 1e-14) for s in sweep], "o-", label="(a) sink-less trainer")
+    ax1.plot(xs, [max(s["d_kl"], 1e-14) for s in sweep], "s-", label="(d) matched kernels")
+    ax1.set_yscale("log")
+    ax1.set_title("mean mismatch KL (k3)", fontsize=9)
+    ax2.plot(xs, [s["a_final"] for s in sweep], "o-", label="(a) sink-less trainer")
+    ax2.plot(xs, [s["d_final"] for s in sweep], "s-", label="(d) matched kernels")
+    ax2.plot(xs, [s["before"] for s in sweep], "k:", label="warm start")
+    ax2.set_title("held-out pass@1 after RL", fontsize=9)
+    for ax in (ax1, ax2):
+        ax.set_xlabel("mean sink attention mass (warm start)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def arm_table(summary: dict[str, dict[str, float]], labels: dict[str, str]) -> list[str]:
+    lines = [
+        "| run | held-out pass@1 before → after | training reward, last 5 steps | mean mismatch KL (k3) "
+        "| max grad norm | mean seq ESS | max \\|ratio − 1\\| (first minibatch) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, s in summary.items():
+        lines.append(f"| ({key}) {labels[key]} | {s['before']:.1%} → {s['final']:.1%} | {s['reward_last5']:.3f} | "
+                     f"{s['kl']:.2e} | {s['grad']:.2f} | {s['ess']:.3f} | {s['dev']:.1e} |")  # fmt: skip
+    return lines
+
+
+def mass_table(mass: torch.Tensor, layer_types: list[str]) -> list[str]:
+    heads = mass.shape[1]
+    lines = ["| layer | type | " + " | ".join(f"head {h}" for h in range(heads)) + " | mean |",
+             "|---|---|" + "---|" * (heads + 1)]  # fmt: skip
+    for i, row in enumerate(mass.tolist()):
+        cells = " | ".join(f"{v:.3f}" for v in row)
+        lines.append(f"| {i} | {layer_types[i]} | {cells} | {sum(row) / heads:.3f} |")
+    return lines
+
+
+def sweep_lines(sweep: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "## sink-strength sweep: (a) sink-less trainer vs (d) matched kernels", "",
+             "| sink_init | mean sink mass | held-out before | (a) after | (d) after | (a) KL | (d) KL "
+             "| (a) max grad | (d) max grad |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for s in sorted(sweep, key=lambda s: s["mass"]):
+        lines.append(f"| {s['sink']} | {s['mass']:.3f} | {s['before']:.1%} | {s['a_final']:.1%} | "
+                     f"{s['d_final']:.1%} | {s['a_kl']:.2e} | {s['d_kl']:.2e} | {s['a_grad']:.2f} | "
+                     f"{s['d_grad']:.2f} |")  # fmt: skip
+    return lines
+
+
+def sweep_point(sink: str, mass: float, a: dict[str, float], d: dict[str, float]) -> dict[str, Any]:
+    return {"sink": sink, "mass": mass, "before": a["before"], "a_final": a["final"], "d_final": d["final"],
+            "a_kl": a["kl"], "d_kl": d["kl"], "a_grad": a["grad"], "d_grad": d["grad"]}  # fmt: skip
+
+
+def experiment(args: argparse.Namespace, base: list[str], out: Path, console: Console) -> tuple[dict[str, Any], float]:
+    """The arms from one warm start at ``args.sink``: their summaries (and the sweep point), and the sink mass."""
+    arms = {**ARMS, **(ROUTING_ARMS if args.routing else {})}
+    labels = {k: v[0] for k, v in arms.items()}
+    warm = warm_start(args.sink, base, console)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    dirs: dict[str, Path] = {}
+    for key, (label, extra) in arms.items():
+        console.rule(f"({key}) {label}")
+        dirs[key] = run_arm(f"{key}_{args.sink}", extra, warm, base, console)
+        runs[key] = _rows(dirs[key])
+    mass = sink_mass(warm, dirs["d"])
+    summary = {k: summarize(r) for k, r in runs.items()}
+    title = f"sink_init={args.sink} (mean sink mass {float(mass.mean()):.2f}), {args.steps} RL steps"
+    plot_curves(runs, labels, out / "retrospective.png", title)
+    by_pos = ", ".join(f"{v:.3g}" for v in kl_by_position(warm, dirs["d"]))
+    lines = [f"## arms: {title}", "", *arm_table(summary, labels), "",
+             "## sink attention mass of the warm start, per layer and head", "",
+             *mass_table(mass, list(load_model(warm).config.layer_types)), "",
+             f"KL(sink-aware ‖ sink-less) of the warm start by position (<144, <176, <208, rest): {by_pos}",
+             ]  # fmt: skip
+    (out / "retrospective.md").write_text("\n".join(lines) + "\n")
+    console.print("\n".join(lines), highlight=False)
+    return summary, float(mass.mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sink", default="5", help="sink_init of the main experiment's warm start")
+    parser.add_argument("--sweep", default="", help="further sink inits for the (a)/(d) sweep, e.g. none,2,8")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--routing", action="store_true", help="also run (e): bf16 engine without and with R3")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    console = Console()
+    out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-retrospective-"))
+    base = [f"output_dir={out}", f"rl.steps={args.steps}", *args.overrides]
+    summary, mass = experiment(args, base, out, console)
+    sweep = [sweep_point(args.sink, mass, summary["a"], summary["d"])]
+    for sink in [s for s in args.sweep.split(",") if s and s != args.sink]:
+        w = warm_start(sink, base, console)
+        got = {k: run_arm(f"{k}_{sink}", ARMS[k][1], w, base, console) for k in ("a", "d")}
+        m = float(sink_mass(w, got["d"]).mean())
+        sweep.append(sweep_point(sink, m, summarize(_rows(got["a"])), summarize(_rows(got["d"]))))
+        plot_sweep(sorted(sweep, key=lambda s: s["mass"]), out / "sink_sweep.png")  # after each point: partial
+        (out / "sweep.md").write_text("\n".join(sweep_lines(sweep)) + "\n")
+        print(f"sweep so far: {json.dumps(sweep)}", flush=True)
+    console.print("\n".join(sweep_lines(sweep)), highlight=False)
+    print(f"plots: {out / 'retrospective.png'} {out / 'sink_sweep.png'}  tables: {out / 'retrospective.md'}")
+    finals = " ".join(f"{k}_final={s['final']:.3f}" for k, s in summary.items())
+    a, d = summary["a"], summary["d"]
+    print(f"RESULT {finals} a_maxgrad={a['grad']:.2f} d_maxgrad={d['grad']:.2f} a_kl={a['kl']:.3e} "
+          f"d_kl={d['kl']:.3e} sink_mass={mass:.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
