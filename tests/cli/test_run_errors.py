@@ -271,18 +271,18 @@ def test_an_engine_exception_in_an_rl_step_stops_the_run_with_one_line_and_a_log
     from harmonyrl.engine.local.engine import LocalEngine
 
     in_rl: list[bool] = []
-    real_group, real_generate = loop_module.group_requests, LocalEngine.generate
+    real_sample, real_generate = loop_module.sample_step, LocalEngine.generate
 
-    def group_requests(*args: object, **kwargs: object) -> object:
-        in_rl.append(True)  # the RL loop builds its requests here; the held-out eval does not
-        return real_group(*args, **kwargs)  # type: ignore[arg-type]
+    def sample_step(*args: object, **kwargs: object) -> object:
+        in_rl.append(True)  # the RL loop samples its step here; the held-out eval does not
+        return real_sample(*args, **kwargs)  # type: ignore[arg-type]
 
     async def generate(self: LocalEngine, *args: object, **kwargs: object) -> object:
         if in_rl:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return await real_generate(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(loop_module, "group_requests", group_requests)
+    monkeypatch.setattr(loop_module, "sample_step", sample_step)
     monkeypatch.setattr(LocalEngine, "generate", generate)
     run = tmp_path / "r"
     text = one_line_error(runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=r"]), code=1)
