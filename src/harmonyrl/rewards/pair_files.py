@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from harmonyrl.dataset_folder import DatasetFolderError, dataset_folder_rows
 from harmonyrl.rewards.pairs import Pair, PairFormatError, parse_pair
 
 COLUMNS = ("prompt", "chosen", "rejected", "margin")
@@ -107,22 +108,10 @@ def _parquet_rows(path: Path) -> list[tuple[int, object]]:
 
 def _dataset_rows(path: Path) -> list[tuple[int, object]]:
     try:
-        import datasets
-    except ImportError:
-        raise PairFileError(
-            f"'{path}' is a folder, read with Hugging Face datasets, which is not installed: "
-            "pip install 'harmonyrl[data]'"
-        ) from None
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except FileNotFoundError as e:
-        raise PairFileError(f"'{path}' is not a folder saved with datasets' save_to_disk: {e}") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if "train" not in loaded:
-            raise PairFileError(f"'{path}' has no 'train' split (splits: {', '.join(loaded)})")
-        loaded = loaded["train"]
-    kept = loaded.select_columns([c for c in COLUMNS if c in loaded.column_names])
-    return list(enumerate(dict(row) for row in kept.to_list()))
+        _, rows = dataset_folder_rows(path, COLUMNS)
+    except DatasetFolderError as e:
+        raise PairFileError(str(e)) from None
+    return list(enumerate(rows))
 
 
 def write_pairs_jsonl(rows: list[dict[str, object]], path: Path) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harmonyrl.dataset_folder import DatasetFolderError, dataset_folder_rows
 from harmonyrl.errors import DemoFileError
 
 COLUMNS = ("task_id", "messages")
@@ -79,20 +80,6 @@ def _parquet_rows(path: Path) -> tuple[Sequence[str], list[dict[str, object]]]:
 
 def _dataset_rows(path: Path) -> tuple[Sequence[str], list[dict[str, object]]]:
     try:
-        import datasets
-    except ImportError:
-        raise DemoFileError(
-            f"sft.demos: '{path}' is a folder, read with Hugging Face datasets, which is not installed: "
-            "pip install 'harmonyrl[data]'"
-        ) from None
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except FileNotFoundError as e:
-        raise DemoFileError(f"sft.demos: '{path}' is not a folder saved with datasets' save_to_disk: {e}") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if "train" not in loaded:
-            raise DemoFileError(f"sft.demos: '{path}' has no 'train' split (splits: {', '.join(loaded)})")
-        loaded = loaded["train"]
-    names = list(loaded.column_names)
-    kept = loaded.select_columns([c for c in COLUMNS if c in names])
-    return names, [dict(row) for row in kept.to_list()]
+        return dataset_folder_rows(path, COLUMNS)
+    except DatasetFolderError as e:
+        raise DemoFileError(f"sft.demos: {e}") from None
