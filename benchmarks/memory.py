@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 VARIANTS = ("full", "lora", "lora_ckpt")
 EPISODES = 2
@@ -69,10 +70,11 @@ def _tensor_peak_mib(result: object) -> float:
     return peak / 2**20
 
 
-def _child(variant: str, attention: str) -> dict[str, float]:
-    """One variant in this (fresh) process: peak MiB (tensors, RSS) and seconds of one update."""
+def build_update(variant: str, attention: str, seq: int = SEQ) -> tuple[Any, Any, list[Any]]:
+    """The model, learner and batch of one variant's update: ``EPISODES`` episodes of ``seq`` tokens (a shared
+    ``PROMPT``-token prompt, then sampled tokens; groups of two with one rewarded episode, so nothing is dropped).
+    Also the batch of ``benchmarks/memory_breakdown.py``."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from harmonyrl.config import load_config
     from harmonyrl.harmony.tokenizer import HarmonyTokenizer
@@ -80,8 +82,7 @@ def _child(variant: str, attention: str) -> dict[str, float]:
     from harmonyrl.trainer.setup import make_model
     from harmonyrl.types import Trajectory
 
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    overrides = [f"rollout.max_seq_len={SEQ}", "device=cpu", f"model.attention={attention}"]
+    overrides = [f"rollout.max_seq_len={max(seq, SEQ)}", "device=cpu", f"model.attention={attention}"]
     if variant != "full":
         overrides += ["model.lora.r=16", "model.lora.targets=[q_proj,k_proj,v_proj,o_proj,experts]"]
     if variant == "lora_ckpt":
@@ -89,17 +90,27 @@ def _child(variant: str, attention: str) -> dict[str, float]:
     config = load_config(None, overrides)
     tok = HarmonyTokenizer.load_default()
     model = make_model(config, tok)
-    learner = Learner.create(config.rl, model, tok.special.endoftext, float(SEQ), config.seed)
+    learner = Learner.create(config.rl, model, tok.special.endoftext, float(seq), config.seed)
     gen = torch.Generator().manual_seed(0)
     prompt = tuple(torch.randint(0, tok.vocab_size, (PROMPT,), generator=gen).tolist())
     trajs = []
     for i in range(EPISODES):
-        tail = tuple(torch.randint(0, tok.vocab_size, (SEQ - PROMPT,), generator=gen).tolist())
-        mask = (0,) * PROMPT + (1,) * (SEQ - PROMPT)
-        reward = float(i % 2)  # groups of two, one rewarded episode each: nothing is dropped
+        tail = tuple(torch.randint(0, tok.vocab_size, (seq - PROMPT,), generator=gen).tolist())
+        mask = (0,) * PROMPT + (1,) * (seq - PROMPT)
+        reward = float(i % 2)
         trajs.append(
-            Trajectory(f"t{i // 2}", i // 2, prompt + tail, mask, (-7.0,) * SEQ, reward, True, False, None, ())
+            Trajectory(f"t{i // 2}", i // 2, prompt + tail, mask, (-7.0,) * seq, reward, True, False, None, ())
         )
+    return model, learner, trajs
+
+
+def _child(variant: str, attention: str) -> dict[str, float]:
+    """One variant in this (fresh) process: peak MiB (tensors, RSS) and seconds of one update."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    model, learner, trajs = build_update(variant, attention)
     cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
     if cuda:
         torch.cuda.reset_peak_memory_stats()

@@ -10,48 +10,15 @@ import collections
 import sys
 
 import torch
+from memory import build_update  # this folder's benchmarks/memory.py: the same model, learner and batch
 from torch.profiler import ProfilerActivity, profile
 from torch.profiler import _memory_profiler as mp
 
-from harmonyrl.config import load_config
-from harmonyrl.harmony.tokenizer import HarmonyTokenizer
-from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.setup import make_model
-from harmonyrl.types import Trajectory
-
 variant, attention = sys.argv[1], sys.argv[2]
-seq = int(sys.argv[3]) if len(sys.argv) > 3 else 2048
+SEQ = int(sys.argv[3]) if len(sys.argv) > 3 else 2048
 
 torch.set_num_threads(1)
-SEQ, PROMPT, EPISODES = seq, 256, 2
-overrides = [f"rollout.max_seq_len={max(SEQ, 2048)}", "device=cpu", f"model.attention={attention}"]
-if variant != "full":
-    overrides += ["model.lora.r=16", "model.lora.targets=[q_proj,k_proj,v_proj,o_proj,experts]"]
-if variant.endswith("ckpt"):
-    overrides.append("model.gradient_checkpointing=true")
-config = load_config(None, overrides)
-tok = HarmonyTokenizer.load_default()
-model = make_model(config, tok)
-learner = Learner.create(config.rl, model, tok.special.endoftext, float(SEQ), config.seed)
-gen = torch.Generator().manual_seed(0)
-prompt = tuple(torch.randint(0, tok.vocab_size, (PROMPT,), generator=gen).tolist())
-trajs = []
-for i in range(EPISODES):
-    tail = tuple(torch.randint(0, tok.vocab_size, (SEQ - PROMPT,), generator=gen).tolist())
-    trajs.append(
-        Trajectory(
-            f"t{i // 2}",
-            i // 2,
-            prompt + tail,
-            (0,) * PROMPT + (1,) * (SEQ - PROMPT),
-            (-7.0,) * SEQ,
-            float(i % 2),
-            True,
-            False,
-            None,
-            (),
-        )
-    )
+_, learner, trajs = build_update(variant, attention, SEQ)
 with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
     learner.update(trajs)
 memp = prof._memory_profile()
