@@ -487,12 +487,16 @@ def report(
     episodes: Annotated[int, typer.Option(help="Sample episodes to render.")] = 8,
 ) -> None:
     """Write RUN_DIR/report/index.html: curves, time split and readable sample episodes, in one file."""
-    from harmonyrl.telemetry.report import ReportError, write_report
+    from harmonyrl.telemetry.mismatch_note import mismatch_note
+    from harmonyrl.telemetry.report import ReportError, load_metrics, write_report
+    from harmonyrl.telemetry.series import collect_series
 
     try:
         path = write_report(run_dir, max_episodes=episodes)
     except ReportError as e:
         raise _fail(str(e)) from None
+    if (note := mismatch_note(collect_series(load_metrics(run_dir / "metrics.jsonl")[0]))) is not None:
+        console.print(f"[yellow]{note}[/]", highlight=False)
     console.print(f"report: [bold]{path}[/]")
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from harmonyrl.telemetry.episodes import Episode, iter_episodes, select_episodes
+from harmonyrl.telemetry.mismatch_note import mismatch_note
 from harmonyrl.telemetry.series import Series, as_float, collect_series
 
 if TYPE_CHECKING:
@@ -226,8 +227,9 @@ def render_html(
     """The whole page as one string; everything taken from the run folder goes through ``esc``."""
     sections: list[str] = []
     nav: list[str] = []
-    if (note := update_note(series)) is not None:
-        sections.append(f'<p class="warn">{esc(note)}</p>')
+    for note in (update_note(series), mismatch_note(series)):
+        if note is not None:
+            sections.append(f'<p class="warn">{esc(note)}</p>')
     for plot in plots:
         uri = "data:image/png;base64," + base64.b64encode(plot.png).decode("ascii")
         nav.append(f'<a href="#{plot.slug}">{esc(plot.title)}</a>')
