@@ -77,7 +77,8 @@ class Learner:
         value_head = ValueHead(int(model.config.hidden_size)).to(device) if cfg.uses_critic else None
         soft_q = None
         if isinstance(cfg.loss, SoftQ):
-            soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed))
+            assert value_head is not None  # cfg.uses_critic holds for soft_q
+            soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed), value_head)
         trained = model if not world.distributed else sharded_copy(model, world)
         placeholder = torch.optim.SGD([torch.zeros(1)])  # replaced below: optimizer_for reads the value head
         learner = Learner(cfg, trained, placeholder, ref_model, pad_id, norm, value_head, soft_q, world, precision)
@@ -110,21 +111,14 @@ class Learner:
         if self.value_head is not None:
             state["value_head"] = self.value_head.state_dict()
         if self.soft_q is not None:
-            state["soft_q"] = {
-                "log_alpha": self.soft_q.log_alpha.detach().clone(),
-                "alpha_optimizer": self.soft_q.alpha_optimizer.state_dict(),
-                "replay": self.soft_q.replay.state_dict(),
-            }
+            state["soft_q"] = self.soft_q.state_dict()
         return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         if self.soft_q is not None:
-            with torch.no_grad():
-                self.soft_q.log_alpha.copy_(state["soft_q"]["log_alpha"])
-            self.soft_q.alpha_optimizer.load_state_dict(state["soft_q"]["alpha_optimizer"])
-            self.soft_q.replay.load_state_dict(state["soft_q"]["replay"])
+            self.soft_q.load_state_dict(state["soft_q"])
 
     def update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
         """One RL step's update from this step's episodes. Its metrics log the skip reason too: ``train/skipped``
@@ -138,7 +132,14 @@ class Learner:
         if self.soft_q is not None:
             assert self.value_head is not None
             return soft_q_update(
-                self.model, self.optimizer, self.value_head, self.soft_q, trajectories, self.cfg, self.pad_id
+                self.model,
+                self.optimizer,
+                self.value_head,
+                self.ref_model,
+                self.soft_q,
+                trajectories,
+                self.cfg,
+                self.pad_id,
             )
         prepared = prepare(trajectories, self.cfg, self.pad_id, device)
         if prepared is None:  # still report the masked faults: the step's count must not depend on the update
