@@ -100,13 +100,17 @@ class Learner:
             copy_into(model, self.model, self.world)
 
     def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """AdamW over ``model``'s trainable parameters (with LoRA: the adapters only) and the value head's."""
+        """AdamW over ``model``'s trainable parameters (with LoRA: the adapters only) and the value head's (for
+        soft Q-learning in a group of its own, at ``rl.loss.critic_lr``)."""
         head = list(self.value_head.parameters()) if self.value_head is not None else []
         params = [p for p in model.parameters() if p.requires_grad]
+        if isinstance(self.cfg.loss, SoftQ):  # the soft-Q critic learns at its own rate (docs/sac.md)
+            groups = [{"params": params}, {"params": head, "lr": self.cfg.loss.critic_lr}]
+            return torch.optim.AdamW(groups, lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
         return torch.optim.AdamW([*params, *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
 
     def extra_state(self) -> dict[str, Any]:
-        """What a resume needs besides the model and the optimizer: value head, soft-Q temperature and replay."""
+        """What a resume needs besides the model and the optimizer: value head, soft-Q target network and replay."""
         state: dict[str, Any] = {}
         if self.value_head is not None:
             state["value_head"] = self.value_head.state_dict()
