@@ -116,12 +116,20 @@ def test_soft_q_replays_old_episodes_and_its_target_network_follows_by_polyak() 
     trajs = _episodes()
     learner.update(trajs[:6])
     # both heads start at zero, so after one update V̄ = 0.75 · 0 + 0.25 · V exactly
-    online, target = learner.value_head.proj.weight, learner.soft_q.target_head.proj.weight
+    online, target = learner.value_head.proj.weight.detach(), learner.soft_q.target_head.proj.weight
     assert float(online.abs().sum()) > 0 and torch.allclose(target, 0.25 * online)
     metrics = learner.update(trajs[6:]).metrics
     assert metrics["replay/size"] == 12.0
     assert metrics["train/kl_ref_k3"] > 0  # the first update moved π away from the warm start
     assert not learner.soft_q.target_head.proj.weight.requires_grad
+
+
+def test_soft_q_critic_learns_in_its_own_optimizer_group() -> None:
+    learner = _learner(ALGORITHMS["sac"], loss={"kind": "soft_q", "critic_lr": 0.5})
+    assert learner.value_head is not None
+    groups = learner.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-2, 0.5]
+    assert groups[1]["params"] == list(learner.value_head.parameters())
 
 
 def test_kl_as_reward_and_as_loss_both_run_and_report() -> None:

@@ -100,8 +100,8 @@ class SoftQ(Frozen):
     """Temperature α of the KL to the warm start: the optimal policy is π_ref · exp(Q / α), normalised."""
     horizon: int | None = Field(None, ge=1)
     """Sampled tokens a soft Bellman target looks ahead before bootstrapping from V̄; None: to the episode's end."""
-    critic_lr: float = Field(1e-2, gt=0)
-    """Learning rate of the value head (the critic): a linear head must track its targets within a few steps."""
+    critic_lr: float = Field(1e-4, gt=0)
+    """Learning rate of the value head (the critic); faster critics chased 0/1 outcomes and hurt (docs/sac.md)."""
     tau: float = Field(0.1, gt=0, le=1)
     """Polyak rate of the target value network per update (1: a plain copy)."""
     replay_capacity: int = Field(2048, ge=1)
