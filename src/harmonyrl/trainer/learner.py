@@ -105,7 +105,7 @@ class Learner:
         head = list(self.value_head.parameters()) if self.value_head is not None else []
         params = [p for p in model.parameters() if p.requires_grad]
         if isinstance(self.cfg.loss, SoftQ):  # the soft-Q critic learns at its own rate (docs/sac.md)
-            groups = [{"params": params}, {"params": head, "lr": self.cfg.loss.critic_lr}]
+            groups: list[dict[str, Any]] = [{"params": params}, {"params": head, "lr": self.cfg.loss.critic_lr}]
             return torch.optim.AdamW(groups, lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
         return torch.optim.AdamW([*params, *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
 
