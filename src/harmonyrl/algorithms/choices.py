@@ -91,21 +91,27 @@ class PolicyGradient(Frozen):
 
 
 class SoftQ(Frozen):
-    """The off-policy, maximum-entropy row: logits are soft Q-values, π = softmax(Q / α), trained on a soft
-    Bellman residual over episodes replayed from a buffer; α tuned towards ``target_entropy`` (SAC-style)."""
+    """The off-policy SAC-style row: soft Q-values ``Q = α·(log π − log π_ref) + V`` (the LM head is the actor, a
+    value head the critic, a Polyak copy of it the target network), fitted to n-step soft Bellman targets over
+    episodes replayed from a buffer; the entropy it pays for is relative to the warm start (docs/sac.md)."""
 
     kind: Literal["soft_q"] = "soft_q"
-    alpha: float = Field(0.005, gt=0)
-    """Initial entropy temperature α (how to choose it: docs/tuning.md)."""
-    target_entropy: float | None = Field(0.3, ge=0)
-    """Nats per token that α is tuned towards; None keeps α fixed."""
-    alpha_lr: float = Field(1e-2, gt=0)
+    alpha: float = Field(0.1, gt=0)
+    """Temperature α of the KL to the warm start: the optimal policy is π_ref · exp(Q / α), normalised."""
+    horizon: int | None = Field(None, ge=1)
+    """Sampled tokens a soft Bellman target looks ahead before bootstrapping from V̄; None: to the episode's end."""
+    critic_lr: float = Field(1e-4, gt=0)
+    """Learning rate of the value head (the critic); faster critics chased 0/1 outcomes and hurt (docs/sac.md)."""
+    tau: float = Field(0.1, gt=0, le=1)
+    """Polyak rate of the target value network per update (1: a plain copy)."""
     replay_capacity: int = Field(2048, ge=1)
     """Episodes kept (FIFO); failed episodes are never stored."""
     replay_batch: int = Field(128, ge=1)
     """Episodes replayed per update (the newest step's episodes are always in the buffer first)."""
     updates_per_step: int = Field(1, ge=1)
+    """Updates per RL step, each on a freshly sampled replay batch."""
     huber: bool = False
+    """Huber instead of squared TD loss (bounded gradient)."""
 
 
 PolicyLoss = Annotated[PPOClip | GSPOLoss | PolicyGradient | SoftQ, Field(discriminator="kind")]

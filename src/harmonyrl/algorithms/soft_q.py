@@ -1,33 +1,33 @@
-"""Token-level soft Q-learning (discrete SAC with a Boltzmann actor): pure functions, shapes in docstrings.
+"""KL-regularised soft Q-learning over token actions (the SAC-style row): pure functions, shapes in docstrings.
 
-``B`` episodes, ``T`` padded length, ``V`` vocabulary. Per-token tensors follow the repo's shifted convention:
-``[B, T-1]`` with index ``t`` referring to the target token ``input_ids[:, t + 1]``; ``logits`` is
-``[B, T-1, V]`` (the LM head output at the position that predicts that token). ``mask`` is the loss mask.
+``B`` episodes, ``T`` padded length. Per-token tensors follow the repo's shifted convention: ``[B, T-1]`` with
+index ``t`` referring to the target token ``input_ids[:, t + 1]``. ``mask`` is the loss mask (1 on the tokens
+the policy sampled).
 
-Why the logits are the soft Q-values. An LM samples a token with probability ``softmax(logits / α)``. A
-maximum-entropy agent's optimal policy has exactly that form, ``π(a|s) ∝ exp(Q(s, a) / α)``, with ``Q`` the
-soft Q-function. Reading the logits as ``Q`` therefore makes the one network both critic and actor: there is
-no separate Q head, and no actor loss — SAC's actor step (move π toward ``exp(Q / α) / Z``) is exact by
-construction, so improving ``Q`` improves the policy. At ``α = 1`` the initial actor is the pretrained LM
-itself. One caveat: softmax ignores a per-state offset of the logits, soft values do not
-(``V = α · logsumexp(Q / α)`` shifts with it), so the TD loss also has to pin that offset; a pretrained LM's
-offsets are arbitrary, which shows as large TD errors on the first updates.
+The objective. Maximum-entropy RL maximises ``r + α · Σ_t H(π(·|s_t))``. Over a language model's vocabulary its
+optimum is noise: an episode of ``n`` tokens can earn up to ``α · n · log |V|`` nats of entropy bonus, which
+outbids an outcome reward of 1 at any α that moves the policy (measured: entropy rose until the rollouts stopped
+parsing, docs/sac.md). So the entropy is taken *relative to the warm start* π_ref:
+``r − α · Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t))``. Its optimal policy is ``π*(a|s) ∝ π_ref(a|s) · exp(Q*(s, a) / α)``
+— the warm start, tilted towards the actions with a higher soft value — and a policy that does nothing but
+babble is now *penalised*, not paid.
 
-Why ``V`` of the next *sampled* position. The state after action ``a_t`` is the prefix up to and including
-``a_t``, but if a tool call ended the message, the environment then appends tool output (mask 0) before the
-policy acts again (plus the template's headers). Those tokens are the transition, not decisions, so the
-next state where the policy decides — and whose soft value the target needs — is the next masked position:
-``target_t = r_t + γ · V(s_next(t))``, with ``V`` read from the logits there (their prefix includes the tool
-output). :func:`next_sampled_index` finds it.
+Parametrisation. ``Q(s, a) = α · ℓ(s, a) + V(s)`` with ``ℓ = log π(a|s) − log π_ref(a|s)``, ``π`` the actor (the
+LM head: the policy the engine samples) and ``V`` the critic (a value head). The soft value
+``α · log Σ_a π_ref · exp(Q / α)`` is then exactly ``V(s)``, and ``π`` is the optimal policy of ``Q``: SAC's
+actor step is exact by construction. The soft Bellman residual of a sampled token is the path-consistency
+residual ``δ_t = α ℓ_t + V(s_t) − y_t``: zero at the optimum along *any* path, so replayed (off-policy) episodes
+are valid data.
 
-Why the reward sits on the last sampled token, without bootstrap. Rewards are outcome rewards: the episode
-ends after its last sampled token (truncated episodes included — the env scored them and nothing follows),
-so that token's target is the reward itself and ``V`` of whatever follows (padding) must never leak in.
+Targets (:func:`soft_n_step_targets`): ``y_t = −α · Σ ℓ_j + V̄(s_b)`` over the sampled tokens ``j`` strictly
+between ``t`` and ``b``, the ``horizon``-th sampled token after ``t``; ``V̄`` is the target (Polyak) value
+network. Past the episode's last sampled token there is nothing to bootstrap from: the target is the outcome
+reward itself. ``horizon=None`` never bootstraps (Monte Carlo soft return). Positions between sampled tokens
+(tool output, message headers) are transitions, not decisions: they are skipped.
 
-Gradient flow. Gradients reach the network only through ``q_taken`` (the logits of the sampled tokens) in
-:func:`soft_q_loss`; targets are detached (semi-gradient TD, whether ``next_values`` come from a target
-network or the same forward pass). :func:`temperature_loss` differentiates only ``log_alpha``; its entropy
-input is detached. Pass ``α`` detached (a float or ``log_alpha.exp().detach()``) to the value functions.
+Gradient flow. :func:`soft_q_loss` differentiates ``q_taken = α ℓ_t + V(s_t)``: the critic gets ``δ``, the actor
+``α · δ · ∇ log π(a_t|s_t)`` — at the start (π = π_ref, V = 0) that is ``−α · y_t · ∇ log π``, REINFORCE on the
+outcome, which a learned ``V`` then turns into an advantage. Targets are detached (semi-gradient).
 """
 
 from __future__ import annotations
@@ -43,91 +43,85 @@ from harmonyrl.algorithms.losses import AggregationMode, aggregate_loss, masked_
 TDLoss = Literal["squared", "huber"]
 
 
-def _check_alpha(alpha: float | torch.Tensor) -> None:
-    value = float(alpha.detach()) if isinstance(alpha, torch.Tensor) else float(alpha)
-    if value <= 0.0:
-        raise ValueError(f"alpha must be > 0, got {value}")
+def log_ratio(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``ℓ_t = log π(a_t|s_t) − log π_ref(a_t|s_t)`` on sampled tokens, 0 elsewhere: ``[B, T-1]`` x2 → ``[B, T-1]``.
 
-
-def soft_values(logits: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
-    """Soft state values ``V(s_t) = α · logsumexp_a(Q(s_t, a) / α)``: ``[B, T-1, V]`` → ``[B, T-1]``.
-
-    ``V = E_π[Q - α log π]``: the expected Q of the Boltzmann policy plus α times its entropy. As α → 0 it
-    tends to ``max_a Q`` (hard Q-learning). Example: Q = [0, ln 3], α = 1 → ln(1 + 3) = ln 4.
+    Keeps the gradient of ``logprobs`` (the actor's); ``ref_logprobs`` is detached. Example: log-probs
+    [-1, -2], reference [-1.5, -1], mask [1, 1] → [0.5, -1].
     """
-    _check_alpha(alpha)
-    return alpha * torch.logsumexp(logits / alpha, dim=-1)
+    diff = logprobs - ref_logprobs.detach()
+    return torch.where(mask.bool(), diff, torch.zeros_like(diff))
 
 
-def policy_entropy(logits: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of the Boltzmann policy ``softmax(Q / α)``: ``[B, T-1, V]`` → ``[B, T-1]``.
+def kl_k3(ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimate of KL(π ‖ π_ref) per sampled token, token-mean: ``[B, T-1]`` ℓ → scalar (no grad).
 
-    Not detached (usable as a metric or a bonus); detach it before :func:`temperature_loss`.
-    Example: Q = [0, ln 3], α = 1 → π = [1/4, 3/4], H = ln 4 - (3/4) ln 3.
+    ``k3 = exp(−ℓ) − 1 + ℓ ≥ 0``. Example: ℓ = [0, ln 2] → [0, 1/2 − 1 + ln 2] → mean (ln 2 − 1/2) / 2.
     """
-    _check_alpha(alpha)
-    logp = F.log_softmax(logits / alpha, dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)
+    with torch.no_grad():
+        return masked_token_mean(torch.expm1(-ratio) + ratio, mask)
 
 
-def taken_q_values(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """``Q(s_t, a_t)``: gather ``[B, T-1, V]`` logits at ``[B, T-1]`` token ids (``input_ids[:, 1:]``) → ``[B, T-1]``.
+def nth_next_sampled_index(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """Position of the ``n``-th masked position after ``t``, per row: ``[B, T-1]`` mask → ``[B, T-1]`` long.
 
-    Keeps the gradient: this is the tensor :func:`soft_q_loss` differentiates.
+    For masked ``t``: the position of the ``n``-th masked ``t' > t``, or ``-1`` if the row has fewer than ``n``
+    after ``t``. Unmasked positions get ``-1`` (they are not actions).
+    Example: mask [0, 1, 1, 0, 0, 1, 0] (prompt, two tokens, tool output, one token, padding):
+    n = 1 → [-1, 2, 5, -1, -1, -1, -1]; n = 2 → [-1, 5, -1, -1, -1, -1, -1].
     """
-    return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-
-
-def next_sampled_index(mask: torch.Tensor) -> torch.Tensor:
-    """Index of the next masked position in the same row: ``[B, T-1]`` mask → ``[B, T-1]`` long.
-
-    For masked ``t``: ``min{t' > t : mask[t'] = 1}``, or ``-1`` if ``t`` is the row's last masked position
-    (the terminal action). Unmasked positions also get ``-1`` (they are not actions).
-    Example: mask [0, 1, 1, 0, 0, 1, 0] (prompt, two tokens, tool output, one token, padding) →
-    [-1, 2, 5, -1, -1, -1, -1].
-    """
+    if n < 1:
+        raise ValueError(f"n must be ≥ 1, got {n}")
     m = mask.bool()
-    width = m.shape[-1]
+    rows, width = m.shape
+    count = torch.cumsum(m.long(), dim=-1)  # the 1-based action number at a masked position
+    table = torch.full((rows, width + n + 1), -1, dtype=torch.long, device=m.device)
     pos = torch.arange(width, device=m.device).expand_as(m)
-    cand = torch.where(m, pos, torch.full_like(pos, width))
-    # suffix_min[t] = first masked position ≥ t; the next one after t is suffix_min[t + 1]
-    suffix_min = torch.flip(torch.cummin(torch.flip(cand, dims=[-1]), dim=-1).values, dims=[-1])
-    after = torch.cat([suffix_min[..., 1:], torch.full_like(suffix_min[..., :1], width)], dim=-1)
-    return torch.where(m & (after < width), after, torch.full_like(after, -1))
+    table.scatter_(1, torch.where(m, count, torch.zeros_like(count)), torch.where(m, pos, torch.full_like(pos, -1)))
+    table[:, 0] = -1  # unmasked positions all scattered into column 0
+    found = table.gather(1, torch.where(m, count + n, torch.zeros_like(count)))
+    return torch.where(m, found, torch.full_like(found, -1))
 
 
-def soft_bellman_targets(
+def soft_n_step_targets(
     rewards: torch.Tensor,
-    next_values: torch.Tensor,
+    ratio: torch.Tensor,
+    target_values: torch.Tensor,
     mask: torch.Tensor,
-    gamma: float = 1.0,
-    token_rewards: torch.Tensor | None = None,
+    alpha: float,
+    horizon: int | None,
 ) -> torch.Tensor:
-    """Soft Bellman targets for the sampled tokens → ``[B, T-1]`` (detached).
+    """KL-regularised n-step soft Bellman targets for the sampled tokens → ``[B, T-1]`` (detached).
 
     Args:
-        rewards: ``[B]`` outcome rewards, earned at each row's last masked position (terminal: no bootstrap).
-        next_values: ``[B, T-1]`` soft values ``V(s_t)`` (:func:`soft_values`) from a target network or the
-            same forward pass; detached here. Only values at masked positions are ever read.
+        rewards: ``[B]`` outcome rewards, earned after each row's last masked position.
+        ratio: ``[B, T-1]`` log-ratios ℓ (:func:`log_ratio`); detached here.
+        target_values: ``[B, T-1]`` V̄(s_t) from the target value network; only read at bootstrap positions.
         mask: ``[B, T-1]`` loss mask.
-        token_rewards: optional ``[B, T-1]`` dense rewards (shaping) added at masked positions.
-    ``target_t = r_t + γ · V(s_next(t))`` for a masked ``t`` with a next masked position, ``r_t + reward`` at the
-    row's last masked position, 0 where mask is 0 (an all-zero row is all zero).
-    Example: mask [1, 1, 1], V = [0.2, 0.5, 0.9], reward 1, γ = 0.9 → [0.9·0.5, 0.9·0.9, 1] = [0.45, 0.81, 1].
+        alpha: KL temperature α > 0.
+        horizon: sampled tokens to look ahead before bootstrapping (≥ 1); ``None``: never (Monte Carlo).
+    ``y_t = −α Σ_{t<j<b} ℓ_j + (V̄_b if b exists else reward)`` with ``b`` the ``horizon``-th next masked position;
+    0 where mask is 0. Example: mask [1, 1, 1], ℓ = [0.1, 0.2, 0.4], α = 0.5, reward 1 — Monte Carlo:
+    y = [1 − 0.5·0.6, 1 − 0.5·0.4, 1] = [0.7, 0.8, 1]; horizon 1 with V̄ = [9, 0.3, 0.6]: [0.3, 0.6, 1].
     """
-    if rewards.dim() != 1 or next_values.shape != mask.shape or rewards.shape[0] != mask.shape[0]:
+    if rewards.dim() != 1 or ratio.shape != mask.shape or target_values.shape != mask.shape:
         raise ValueError(
-            f"rewards {tuple(rewards.shape)} must be [B]; next_values and mask [B, T-1], got "
-            f"{tuple(next_values.shape)} and {tuple(mask.shape)}"
+            f"rewards {tuple(rewards.shape)} must be [B]; ratio, target_values and mask [B, T-1], got "
+            f"{tuple(ratio.shape)}, {tuple(target_values.shape)} and {tuple(mask.shape)}"
         )
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
     m = mask.bool()
-    v = next_values.detach()
-    nxt = next_sampled_index(mask)
-    v_next = v.gather(-1, nxt.clamp(min=0))
-    targets = torch.where(nxt >= 0, gamma * v_next, rewards.detach().to(v.dtype)[:, None].expand_as(v))
-    if token_rewards is not None:
-        targets = targets + token_rewards.detach().to(v.dtype)
-    return torch.where(m, targets, torch.zeros_like(targets))
+    lm = torch.where(m, ratio.detach(), torch.zeros_like(ratio))
+    suffix = torch.flip(torch.cumsum(torch.flip(lm, dims=[-1]), dim=-1), dims=[-1])  # Σ_{j ≥ t} ℓ_j
+    after = suffix - lm  # Σ_{j > t} ℓ_j
+    never = torch.full_like(mask, -1, dtype=torch.long)
+    boot = never if horizon is None else nth_next_sampled_index(mask, horizon)
+    has = boot >= 0
+    at = boot.clamp(min=0)
+    between = torch.where(has, after - suffix.gather(1, at), after)
+    tail = torch.where(has, target_values.detach().gather(1, at), rewards.detach().to(lm.dtype)[:, None].expand_as(lm))
+    return torch.where(m, tail - alpha * between, torch.zeros_like(lm))
 
 
 @dataclass(frozen=True)
@@ -154,11 +148,10 @@ def soft_q_loss(
 ) -> SoftQOutput:
     """Soft TD loss on the sampled tokens. ``[B, T-1]`` inputs → :class:`SoftQOutput`.
 
-    Per token, with ``δ = Q(s_t, a_t) - sg[target_t]``: ``½ δ²`` ("squared") or Huber
-    ``½ δ²`` for ``|δ| ≤ d``, ``d (|δ| - ½ d)`` beyond ("huber": bounded gradient, robust to the large early
-    errors of a pretrained LM's logits); reduced with :func:`aggregate_loss`.
-    Example: Q = [0.5, 3], targets [1, 1] → δ = [-0.5, 2]; squared token-mean (0.125 + 2) / 2 = 1.0625,
-    Huber (d = 1) (0.125 + 1.5) / 2 = 0.8125.
+    ``q_taken`` is ``α ℓ_t + V(s_t)``. Per token, with ``δ = q_taken − sg[target]``: ``½ δ²`` ("squared") or
+    Huber ``½ δ²`` for ``|δ| ≤ d``, ``d (|δ| − ½ d)`` beyond ("huber": bounded gradient); reduced with
+    :func:`aggregate_loss`. Example: Q = [0.5, 3], targets [1, 1] → δ = [-0.5, 2]; squared token-mean
+    (0.125 + 2) / 2 = 1.0625, Huber (d = 1) (0.125 + 1.5) / 2 = 0.8125.
     """
     m = mask.bool()
     delta = torch.where(m, q_taken - targets.detach(), torch.zeros_like(q_taken))
@@ -173,22 +166,3 @@ def soft_q_loss(
         q_mean = masked_token_mean(torch.where(m, q_taken, torch.zeros_like(q_taken)), mask)
         t_mean = masked_token_mean(torch.where(m, targets, torch.zeros_like(targets)), mask)
     return SoftQOutput(aggregate_loss(per_token, mask, aggregation, norm), td_abs, q_mean, t_mean)
-
-
-def temperature_loss(
-    log_alpha: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, target_entropy: float
-) -> torch.Tensor:
-    """SAC automatic entropy tuning: ``-log α · (H_target - sg[H])``, token-mean over masked tokens → scalar.
-
-    Args:
-        log_alpha: scalar tensor (the learnable parameter; α = exp(log α) stays positive).
-        entropy: ``[B, T-1]`` policy entropy (:func:`policy_entropy`); detached here.
-        mask: ``[B, T-1]`` loss mask.
-    ``d loss / d log α = mean(H) - H_target``: negative when the policy is less random than the target, so
-    gradient descent raises α (flatter policy), and vice versa. An all-zero mask gives 0 and zero gradient.
-    """
-    if log_alpha.dim() != 0:
-        raise ValueError(f"log_alpha must be a scalar tensor, got shape {tuple(log_alpha.shape)}")
-    m = mask.bool()
-    gap = torch.where(m, target_entropy - entropy.detach(), torch.zeros_like(entropy))
-    return -log_alpha * masked_token_mean(gap, mask)

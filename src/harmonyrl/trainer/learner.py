@@ -77,7 +77,8 @@ class Learner:
         value_head = ValueHead(int(model.config.hidden_size)).to(device) if cfg.uses_critic else None
         soft_q = None
         if isinstance(cfg.loss, SoftQ):
-            soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed))
+            assert value_head is not None  # cfg.uses_critic holds for soft_q
+            soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed), value_head)
         trained = model if not world.distributed else sharded_copy(model, world)
         placeholder = torch.optim.SGD([torch.zeros(1)])  # replaced below: optimizer_for reads the value head
         learner = Learner(cfg, trained, placeholder, ref_model, pad_id, norm, value_head, soft_q, world, precision)
@@ -99,32 +100,29 @@ class Learner:
             copy_into(model, self.model, self.world)
 
     def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """AdamW over ``model``'s trainable parameters (with LoRA: the adapters only) and the value head's."""
+        """AdamW over ``model``'s trainable parameters (with LoRA: the adapters only) and the value head's (for
+        soft Q-learning in a group of its own, at ``rl.loss.critic_lr``)."""
         head = list(self.value_head.parameters()) if self.value_head is not None else []
         params = [p for p in model.parameters() if p.requires_grad]
+        if isinstance(self.cfg.loss, SoftQ):  # the soft-Q critic learns at its own rate (docs/sac.md)
+            groups: list[dict[str, Any]] = [{"params": params}, {"params": head, "lr": self.cfg.loss.critic_lr}]
+            return torch.optim.AdamW(groups, lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
         return torch.optim.AdamW([*params, *head], lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
 
     def extra_state(self) -> dict[str, Any]:
-        """What a resume needs besides the model and the optimizer: value head, soft-Q temperature and replay."""
+        """What a resume needs besides the model and the optimizer: value head, soft-Q target network and replay."""
         state: dict[str, Any] = {}
         if self.value_head is not None:
             state["value_head"] = self.value_head.state_dict()
         if self.soft_q is not None:
-            state["soft_q"] = {
-                "log_alpha": self.soft_q.log_alpha.detach().clone(),
-                "alpha_optimizer": self.soft_q.alpha_optimizer.state_dict(),
-                "replay": self.soft_q.replay.state_dict(),
-            }
+            state["soft_q"] = self.soft_q.state_dict()
         return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         if self.soft_q is not None:
-            with torch.no_grad():
-                self.soft_q.log_alpha.copy_(state["soft_q"]["log_alpha"])
-            self.soft_q.alpha_optimizer.load_state_dict(state["soft_q"]["alpha_optimizer"])
-            self.soft_q.replay.load_state_dict(state["soft_q"]["replay"])
+            self.soft_q.load_state_dict(state["soft_q"])
 
     def update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
         """One RL step's update from this step's episodes. Its metrics log the skip reason too: ``train/skipped``
@@ -138,7 +136,14 @@ class Learner:
         if self.soft_q is not None:
             assert self.value_head is not None
             return soft_q_update(
-                self.model, self.optimizer, self.value_head, self.soft_q, trajectories, self.cfg, self.pad_id
+                self.model,
+                self.optimizer,
+                self.value_head,
+                self.ref_model,
+                self.soft_q,
+                trajectories,
+                self.cfg,
+                self.pad_id,
             )
         prepared = prepare(trajectories, self.cfg, self.pad_id, device)
         if prepared is None:  # still report the masked faults: the step's count must not depend on the update
