@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -92,8 +93,9 @@ def run_ours(cfg: RunConfig, console: Console) -> Arm:
             elapsed += row["time/step_s"]
         if "eval/success" in row and row["phase"] in ("rl", "eval"):
             arm.curve.append((row["step"], elapsed, row["eval/success"]))
-    arm.notes["reward_first"] = next(r["rollout/reward"] for r in rows if r["phase"] == "rl")
-    arm.notes["reward_last"] = [r["rollout/reward"] for r in rows if r["phase"] == "rl"][-1]
+    rl = [r for r in rows if r["phase"] == "rl"]
+    arm.notes |= {"reward_first": rl[0]["rollout/reward"], "reward_last": rl[-1]["rollout/reward"]}
+    arm.notes["generate_s"] = sum(r["time/rollout_s"] for r in rl)  # episodes: generation, tools, reward, records
     return arm
 
 
@@ -147,6 +149,7 @@ def trl_args(cfg: RunConfig, out: Path, max_completion: int) -> Any:
         loss_type="dapo",  # token-mean over the batch: harmonyrl's rl.aggregation=token-mean
         scale_rewards="group",
         router_aux_loss_coef=0.0,  # harmonyrl trains no load-balancing loss
+        gradient_checkpointing=False,  # TRL's default is True; harmonyrl's model.gradient_checkpointing is false
         shuffle_dataset=False,  # the training split in order, as harmonyrl's task stream walks it
         logging_steps=1,
         report_to="none",
@@ -174,16 +177,14 @@ def held_out_callback(cfg: RunConfig, arm: Arm, every: int) -> Any:
     return HeldOut()
 
 
-def run_trl(cfg: RunConfig, warm: Path, out: Path, every: int) -> Arm:
-    """TRL's GRPOTrainer from ``warm``: the warm start checked under TRL's generation, then ``rl.steps`` steps."""
+def build_trl(cfg: RunConfig, warm: Path, out: Path, arm: Arm, every: int) -> tuple[Any, HarmonyReward]:
+    """TRL's GRPOTrainer on ``warm`` with the calculator tool, harmonyrl's prompts and reward, and the callback."""
     try:
         from datasets import Dataset
         from transformers import AutoModelForCausalLM
         from trl import GRPOTrainer
     except ImportError:
         raise SystemExit("this benchmark needs TRL: pip install -c constraints-cpu.txt 'harmonyrl[trl]'") from None
-    setup_process(cfg.seed, cfg.threads)
-    arm = Arm("trl", load=load_avg())
     codec, factory = load_codec(cfg.model.tokenizer), make_factory(cfg)
     tokenizer = trl_tokenizer(warm)
     model = AutoModelForCausalLM.from_pretrained(warm, dtype=torch.float32, attn_implementation="eager")
@@ -196,28 +197,51 @@ def run_trl(cfg: RunConfig, warm: Path, out: Path, every: int) -> Arm:
 
     train_set, test_set = rows(train_tasks), rows(test_tasks)
     render = functools.partial(tokenizer.apply_chat_template, add_generation_prompt=True, return_dict=False)
-    longest = max(len(render(p)) for p in train_set["prompt"])  # TRL's completion budget: max_seq_len - longest
+    budget = cfg.rollout.max_seq_len - max(len(render(p)) for p in train_set["prompt"])  # as max_seq_len bounds ours
+    arm.notes["max_completion_length"] = budget
     reward = HarmonyReward(codec, factory, {t.id: t for t in [*train_tasks, *test_tasks]})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[reward],
-        args=trl_args(cfg, out, cfg.rollout.max_seq_len - longest),
+        args=trl_args(cfg, out, budget),
         train_dataset=train_set,
         eval_dataset=test_set,
         processing_class=tokenizer,
         tools=[calculator],
         callbacks=[held_out_callback(cfg, arm, every)],
     )
-    t0 = time.perf_counter()
+    return trainer, reward
+
+
+def time_generation(trainer: Any) -> list[float]:
+    """Sum the seconds of TRL's generation with its tool loop (``_generate``) into the returned one-item list."""
+    generate, spent = trainer._generate, [0.0]
+
+    def timed_generate(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    trainer._generate = timed_generate
+    return spent
+
+
+def run_trl(cfg: RunConfig, warm: Path, out: Path, every: int) -> Arm:
+    """TRL's GRPOTrainer from ``warm``: the warm start checked under TRL's generation, then ``rl.steps`` steps."""
+    setup_process(cfg.seed, cfg.threads)
+    arm = Arm("trl", load=load_avg())
+    trainer, reward = build_trl(cfg, warm, out, arm, every)
     check = trainer.evaluate()  # the warm start under TRL's own generation and tool loop
     arm.notes["warm_trl_generation"] = float(check["eval_reward"])
-    arm.notes["warm_check_s"] = time.perf_counter() - t0
-    arm.curve.append((0, 0.0, asyncio.run(held_out_pass1(cfg, model))))
+    arm.curve.append((0, 0.0, asyncio.run(held_out_pass1(cfg, trainer.model))))
+    spent = time_generation(trainer)
     trainer.train()
     arm.load += f"→{load_avg()}"
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h and "eval_reward" not in h]
-    arm.notes |= {"reward_first": rewards[0], "reward_last": rewards[-1], "parity_failures": reward.parity_failures}
-    arm.notes |= {"scored": reward.scored, "max_completion_length": cfg.rollout.max_seq_len - longest}
+    arm.notes |= {"reward_first": rewards[0], "reward_last": rewards[-1], "generate_s": spent[0]}
+    arm.notes |= {"scored": reward.scored, "parity_failures": reward.parity_failures}
     return arm
 
 
@@ -259,6 +283,7 @@ def main() -> None:
     arms: dict[str, Arm] = {}
     for name in args.order.split(","):
         arms[name] = run_ours(cfg, console) if name == "ours" else run_trl(cfg, args.warm, out, args.eval_every)
+    (out / "arms.json").write_text(json.dumps({k: dataclasses.asdict(a) for k, a in arms.items()}, indent=1))
     ours, trl = arms["ours"], arms["trl"]
     target = args.target if args.target is not None else ours.curve[0][2] + args.target_gain
     same = trl.notes["scored"] - trl.notes["parity_failures"]
@@ -269,7 +294,9 @@ def main() -> None:
     (ours_line, ours_min), (trl_line, trl_min) = summary(ours, target), summary(trl, target)
     print(ours_line, trl_line, sep="\n")
     for arm in (ours, trl):
-        print(f"{arm.name}: train reward {arm.notes['reward_first']:.3f} → {arm.notes['reward_last']:.3f}")
+        gen, step = arm.notes["generate_s"] / len(arm.step_s), sum(arm.step_s) / len(arm.step_s)
+        print(f"{arm.name}: train reward {arm.notes['reward_first']:.3f} → {arm.notes['reward_last']:.3f}; "
+              f"per step {gen:.2f} s generating episodes, {step - gen:.2f} s the rest")  # fmt: skip
     if ours_min and trl_min:
         speedup = f"{trl_min / ours_min:.2f}"
     elif ours_min:
