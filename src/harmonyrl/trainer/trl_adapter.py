@@ -134,6 +134,8 @@ def split_turns(codec: Codec, ids: Sequence[int]) -> Turns:
 
 @dataclass(frozen=True)
 class Score:
+    """What replaying one completion found."""
+
     reward: float | None
     """The environment's reward; None when the environment failed (harmonyrl masks such an episode)."""
     turns: int
