@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harmonyrl import threads
+from harmonyrl.config import load_config
 from harmonyrl.threads import (
     ThreadGovernor,
     available_cores,
@@ -67,15 +68,25 @@ def test_runnable_in_loadavg_and_own_runnable() -> None:
     assert own_runnable() >= 1  # the thread asking is running
 
 
-def test_governor_halves_the_team_beside_others_and_ignores_one_blip(tmp_path: Path) -> None:
+def test_governor_counts_only_threads_that_stay_runnable_for_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
     path = loadavg(tmp_path / "loadavg", 1)  # only this thread runs: nobody else wants a core
     gov = ThreadGovernor(2, path)
-    assert gov.threads() == 2
-    loadavg(path, 40)
-    assert [gov.threads() for _ in range(3)] == [2, 1, 1]  # looks [0, 39+, 39+]: the median follows in two
-    loadavg(path, 1)
-    assert gov.threads() == 1  # one idle look among three busy ones does not regrow the team
-    assert gov.threads() == 2
+
+    def look(at: float, running: int) -> int:
+        clock[0] = at
+        loadavg(path, running)
+        return gov.threads()
+
+    assert look(0.0, 1) == 2
+    assert [look(0.5, 40), look(1.0, 40)] == [2, 2]  # busy since 0.5, but the idle look at 0.0 is < 1 s before
+    assert look(1.6, 40) == 1  # seen at every look from 0.5 to 1.6: over a second, it counts
+    assert look(1.7, 1) == 2  # one idle look and the team regrows at once
+    assert [look(1.8, 40), look(2.0, 40), look(2.6, 40)] == [2, 2, 2]  # kernel workers, a shell command: ignored
+    assert look(2.9, 40) == 1  # the idle look at 1.7 left the window: busy at every look since 1.8
 
 
 def test_configure_fixed_threads_win_over_adaptation(tmp_path: Path) -> None:
@@ -85,6 +96,7 @@ def test_configure_fixed_threads_win_over_adaptation(tmp_path: Path) -> None:
 
 
 def test_default_is_a_fixed_team_of_the_available_cores() -> None:
+    assert not load_config().adaptive_threads  # numbers still depend on the team (docs/contention.md)
     threads.configure(0)  # the default: reproducible, the team never changes with the load
     assert threads._governor is None and torch.get_num_threads() == available_cores()
 

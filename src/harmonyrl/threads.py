@@ -5,22 +5,22 @@ barrier. On a shared CPU a thread that loses its core to another process holds u
 partner spins, so two threads beside one busy process run slower than one thread (docs/contention.md: an SFT
 step 3x slower, two runs side by side 50x slower). The passive wait policy removes the spinning but costs
 2-2.5x on an idle virtual machine (every wake-up of a halted vCPU is slow), so the team size adapts instead:
-as many threads as cores that no other runnable thread wants, re-checked at most every
-:data:`INTERVAL_S` from ``/proc/loadavg``'s instantaneous count of runnable threads, minus this process's own.
+as many threads as cores that no other thread has wanted for the last :data:`WINDOW_S`, from
+``/proc/loadavg``'s instantaneous count of runnable threads minus this process's own, looked at most every
+:data:`INTERVAL_S`.
 
 Opt-in (``adaptive_threads=true``), because it costs reproducibility: a run's numerics depend on the team size.
 Measured 2026-11-25 (``tests/test_team_invariance.py``, docs/contention.md): torch's CPU softmax backward (avoided
-by the ``harmonyrl_eager`` kernel), single reductions over more than 32,768 elements (the losses sum rows first) and
-MKL's matrix products of a few rows (an engine's prefill, a shared prompt) all round differently with one thread and
-two. By default the team is fixed for the whole run at the cores this process may use (``threads > 0`` fixes it
-explicitly).
+by the ``harmonyrl_eager`` kernel), single reductions over more than 32,768 elements (the losses sum rows first),
+MKL's matrix products of 5-7 and 9-11 rows (an engine's prefill, a shared prompt) and at least one more op of a
+``micro`` training step all round differently with one thread and two. By default the team is fixed for the whole
+run at the cores this process may use (``threads > 0`` fixes it explicitly).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 from collections import deque
 from pathlib import Path
@@ -28,8 +28,10 @@ from pathlib import Path
 INTERVAL_S = 0.1
 """Least time between two looks at the machine's load (a look costs ~50 us)."""
 
-WINDOW = 3
-"""Looks whose (lower) median decides (one short-lived process, e.g. a shell command, does not halve the team)."""
+WINDOW_S = 1.0
+"""Another thread counts only if it was runnable at every look over at least this long: kernel workers, a shell
+command or the VM's agent come and go within it (they made an instantaneous count drop to one thread on an idle
+machine), a busy loop or a second run stays."""
 
 
 def quota_cores(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> int | None:
@@ -88,12 +90,13 @@ class ThreadGovernor:
     def __init__(self, cores: int, loadavg: Path = Path("/proc/loadavg")) -> None:
         self.cores = cores
         self._loadavg = loadavg
-        self._looks: deque[int] = deque(maxlen=WINDOW)
+        self._looks: deque[tuple[float, int]] = deque()  # (when, other runnable threads), spanning >= WINDOW_S
         self._last = -math.inf
         self._threads = cores
 
     def threads(self) -> int:
-        """Free cores (median of the last :data:`WINDOW` looks), re-checked at most every :data:`INTERVAL_S`."""
+        """Free cores: the fewest other runnable threads seen over the last :data:`WINDOW_S` (and the look just
+        before it) taken from :attr:`cores`; re-checked at most every :data:`INTERVAL_S`."""
         now = time.monotonic()
         if self.cores <= 1 or now - self._last < INTERVAL_S:
             return self._threads
@@ -101,8 +104,10 @@ class ThreadGovernor:
         text = _read(self._loadavg)
         if text is None:  # not Linux: keep every core, as before
             return self._threads
-        self._looks.append(max(0, runnable_in_loadavg(text) - own_runnable()))
-        self._threads = threads_for(self.cores, statistics.median_low(self._looks))
+        self._looks.append((now, max(0, runnable_in_loadavg(text) - own_runnable())))
+        while len(self._looks) > 1 and now - self._looks[1][0] >= WINDOW_S:
+            self._looks.popleft()  # the oldest look kept is the last one at least WINDOW_S old
+        self._threads = threads_for(self.cores, min(n for _, n in self._looks))
         return self._threads
 
 
