@@ -79,3 +79,5 @@ def test_the_env_is_chosen_on_the_command_line_and_refuses_what_it_cannot_do() -
         load_config(None, ["env.name=relay", "env_faults.rate=0.1"])
     with pytest.raises(UserCodeError, match=r"sft\.expert is not supported"):
         expert_for(RelayEnvConfig(), "mymodule:expert")
+    with pytest.raises(UserCodeError, match="exporting its demonstrations is not supported"):
+        expert_for(RelayEnvConfig())(TASK, random.Random(0))  # a single-expert caller: --export-demos

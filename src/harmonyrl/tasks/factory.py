@@ -29,11 +29,20 @@ from harmonyrl.tasks.config import (
     SqlEnvConfig,
 )
 from harmonyrl.tasks.custom import Expert, HashOrdered, custom_expert, custom_factory, require_env_ok
+from harmonyrl.types import Message, Task
 
 RELAY_NO_USER_EXPERT = (
     "env.name=relay warm-starts each role from its own scripted expert: sft.expert is not supported with it "
     "(use sft.demos=FILE or sft.steps=0 instead)"
 )
+
+
+def _one_role_only(task: Task, rng: random.Random) -> list[Message]:
+    """What a single-expert caller (``harmonyrl sft --export-demos``) gets for a team env: a one-line refusal."""
+    raise UserCodeError(
+        "env.name=relay demonstrates each role with its own expert (trainer/team_demos.py): "
+        "exporting its demonstrations is not supported"
+    )
 
 
 def _weights(cfg: RewardWeightsConfig) -> RewardWeights:
@@ -121,12 +130,10 @@ def expert_for(env: EnvConfig, user_expert: str | None = None) -> Expert:
     """The expert whose demonstrations warm-start the policy: ``user_expert`` (``sft.expert``, a
     ``MODULE:FN`` / ``FILE.py:FN`` target) if given, else the env's scripted, deliberately imperfect one with
     the env's ``p_tool`` / ``p_verbose`` bound."""
-    if isinstance(env, RelayEnvConfig):  # each role has its own expert (the factory's role_expert)
+    if isinstance(env, RelayEnvConfig):  # each role has its own expert: the warm start asks the team factory
         if user_expert is not None:
             raise UserCodeError(RELAY_NO_USER_EXPERT)
-        from harmonyrl.tasks.relay import planner_demo
-
-        return functools.partial(planner_demo, p_plan=env.p_plan)
+        return _one_role_only
     if user_expert is not None:
         return custom_expert(user_expert)
     match env:
