@@ -396,6 +396,18 @@ class RunConfig(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _team_env_alone(self) -> RunConfig:
+        """A team env (env.name=relay) runs its roles in this process, graded by its own env (docs/multiagent.md):
+        the wrappers that replace a factory (faults, Ray env workers) or re-grade episodes would drop the team."""
+        if self.env.name != "relay":
+            return self
+        regraded = self.reward.model is not None or self.reward.judge is not None
+        for on, what in ((self.env_faults.rate > 0, "env_faults"), (self.scale.ray, "scale.ray"), (regraded, "reward")):
+            if on:
+                raise ValueError(f"env.name=relay (a team env) does not support {what} yet")
+        return self
+
+    @model_validator(mode="after")
     def _async_needs_behaviour_weights(self) -> RunConfig:
         rl = self.rl
         if rl.async_.enabled and (rl.correction.weights is None or rl.correction.bypass):

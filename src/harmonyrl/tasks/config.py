@@ -195,6 +195,27 @@ class BrowseEnvConfig(Frozen):
     """Probability that a browsing demonstration wraps the right answer in a sentence (scored 0)."""
 
 
+class RelayEnvConfig(Frozen):
+    """The calculator task played by a team of two (docs/multiagent.md): a planner that sees the question and has
+    no tools, and an executor with the calculator that sees only the planner's message. One shared policy."""
+
+    name: Literal["relay"] = "relay"
+    n_train: int = Field(20_000, ge=1)
+    """Number of generated training tasks (the calculator's problems, same seed)."""
+    n_test: int = Field(500, ge=1)
+    """Number of generated held-out tasks (the calculator's held-out problems)."""
+    tool_timeout_s: float = Field(5.0, gt=0)
+    """Per-call tool timeout; a timeout is an environment fault, masked out of the loss (every role's)."""
+    memory: Literal[False] = False
+    """The notes tools are not available to a team env."""
+    p_plan: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted planner hands over the expression (otherwise it guesses the answer)."""
+    p_tool: float = Field(P_TOOL, ge=0, le=1)
+    """Probability that the scripted executor uses the calculator on a plan with an expression (else it guesses)."""
+    p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
+    """Probability that a tool-using executor demonstration answers in a sentence (scored 0)."""
+
+
 class CustomEnvConfig(Frozen):
     """Your own environment: a callable in your code that returns an ``EnvFactory`` (docs/custom-env.md). It is
     checked with ``check_env`` before any compute; ``harmonyrl check-env`` runs the same check on its own."""
@@ -236,6 +257,7 @@ EnvConfig = Annotated[
     | MazeEnvConfig
     | HumanEvalEnvConfig
     | BrowseEnvConfig
+    | RelayEnvConfig
     | CustomEnvConfig,
     Field(discriminator="name"),
 ]

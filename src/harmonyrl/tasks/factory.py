@@ -23,11 +23,26 @@ from harmonyrl.tasks.config import (
     HumanEvalEnvConfig,
     InstructEnvConfig,
     MazeEnvConfig,
+    RelayEnvConfig,
     RetoolEnvConfig,
     RewardWeightsConfig,
     SqlEnvConfig,
 )
 from harmonyrl.tasks.custom import Expert, HashOrdered, custom_expert, custom_factory, require_env_ok
+from harmonyrl.types import Message, Task
+
+RELAY_NO_USER_EXPERT = (
+    "env.name=relay warm-starts each role from its own scripted expert: sft.expert is not supported with it "
+    "(use sft.demos=FILE or sft.steps=0 instead)"
+)
+
+
+def _one_role_only(task: Task, rng: random.Random) -> list[Message]:
+    """What a single-expert caller (``harmonyrl sft --export-demos``) gets for a team env: a one-line refusal."""
+    raise UserCodeError(
+        "env.name=relay demonstrates each role with its own expert (trainer/team_demos.py): "
+        "exporting its demonstrations is not supported"
+    )
 
 
 def _weights(cfg: RewardWeightsConfig) -> RewardWeights:
@@ -84,6 +99,11 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
             return BrowseFactory(
                 seed, env.n_train, env.n_test, env.top_k, env.page_chars, _weights(env.reward), env.tasks_file
             )
+        case RelayEnvConfig():
+            from harmonyrl.tasks.relay import RelayFactory
+
+            experts = (env.p_plan, env.p_tool, env.p_verbose)
+            return RelayFactory(seed, env.n_train, env.n_test, env.tool_timeout_s, *experts)
         case CustomEnvConfig():  # the user's own: ``seed`` is theirs to take, as an ``env.kwargs`` entry
             factory = custom_factory(env.factory, env.kwargs)
             return HashOrdered(factory) if env.order == "hashed" else factory
@@ -110,6 +130,10 @@ def expert_for(env: EnvConfig, user_expert: str | None = None) -> Expert:
     """The expert whose demonstrations warm-start the policy: ``user_expert`` (``sft.expert``, a
     ``MODULE:FN`` / ``FILE.py:FN`` target) if given, else the env's scripted, deliberately imperfect one with
     the env's ``p_tool`` / ``p_verbose`` bound."""
+    if isinstance(env, RelayEnvConfig):  # each role has its own expert: the warm start asks the team factory
+        if user_expert is not None:
+            raise UserCodeError(RELAY_NO_USER_EXPERT)
+        return _one_role_only
     if user_expert is not None:
         return custom_expert(user_expert)
     match env:

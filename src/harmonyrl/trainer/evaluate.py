@@ -17,7 +17,8 @@ from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits
-from harmonyrl.rollout.scheduler import group_requests, run_episodes
+from harmonyrl.rollout.scheduler import group_requests
+from harmonyrl.rollout.team import one_per_episode, role_metrics, run_rollouts
 from harmonyrl.telemetry.metrics import summarize_rollouts
 from harmonyrl.telemetry.passk import mean_pass_at_k
 from harmonyrl.types import SamplingParams, Task
@@ -36,7 +37,7 @@ async def evaluate(
 ) -> dict[str, float]:
     """``eval/`` (sampled) and ``eval_greedy/`` success and behaviour metrics over ``tasks``."""
     stops = (codec.special.call, codec.special.return_)
-    sampled = await run_episodes(
+    sampled = await run_rollouts(
         engine,
         factory,
         codec,
@@ -45,7 +46,7 @@ async def evaluate(
         limits,
         max_concurrency,
     )
-    greedy = await run_episodes(
+    greedy = await run_rollouts(
         engine,
         factory,
         codec,
@@ -55,7 +56,7 @@ async def evaluate(
         max_concurrency,
     )
     by_task: dict[str, list[bool]] = {}
-    for t in sampled.trajectories:
+    for t in one_per_episode(sampled.trajectories):  # a team episode counts once
         if t.failure is None:  # environment faults are not the model's misses
             by_task.setdefault(t.task_id, []).append(t.success)
     ks = [k for k in (1, 2, 4, 8, 16) if k <= samples_per_task]
@@ -64,4 +65,5 @@ async def evaluate(
         summarize_rollouts(sampled.trajectories, "eval")
         | {f"eval/{k}": v for k, v in pass_k.items()}
         | summarize_rollouts(greedy.trajectories, "eval_greedy")
+        | role_metrics(factory, sampled.trajectories, "eval_team")  # per role, for a team env
     )

@@ -26,14 +26,16 @@ from harmonyrl.distributed.ray_envs import close_env_pool, env_pool_metrics
 from harmonyrl.distributed.world import SINGLE, World, broadcast, share_cores
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
+from harmonyrl.envs.team import TeamFactory
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.codecs import RunCodec, load_codec
 from harmonyrl.models.lora import merged_state_dict
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.rollout.sampling import sample_step
-from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, run_episodes
+from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult
 from harmonyrl.rollout.store import step_path, write_step
+from harmonyrl.rollout.team import role_metrics, run_rollouts
 from harmonyrl.tasks.factory import check_before_compute, expert_for
 from harmonyrl.telemetry.episodes import append_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts, time_split
@@ -66,6 +68,7 @@ from harmonyrl.trainer.setup import (
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
 from harmonyrl.trainer.skipped_updates import SkippedUpdates
 from harmonyrl.trainer.task_choice import task_source
+from harmonyrl.trainer.team_demos import build_team_demos
 from harmonyrl.types import SamplingParams
 
 
@@ -104,7 +107,10 @@ async def run_sft(
             expert = expert_for(config.env, cfg.expert)  # ``sft.expert``, else the env's scripted expert
             n_demos = min(len(factory.tasks("train")), cfg.steps * cfg.batch_size)
             tasks = factory.tasks("train")[:n_demos]
-            built = await build_demos(tok, factory, expert, tasks, config.seed)
+            if isinstance(factory, TeamFactory):  # a team env: every role's expert, one demo per role and task
+                built = await build_team_demos(tok, factory, tasks, config.seed)
+            else:
+                built = await build_demos(tok, factory, expert, tasks, config.seed)
     demos = broadcast(built, world)
     trainee = sharded_copy(model, world) if world.distributed else model
     trainable = [p for p in trainee.parameters() if p.requires_grad]  # with LoRA: the adapters only
@@ -239,8 +245,8 @@ async def _train_in(
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
 
         async def run(requests: Sequence[EpisodeRequest]) -> RolloutResult:
-            result = await run_episodes(engine, step_factory, tok, requests, params, limits, r.engine.concurrency,
-                                        r.retry_faulted_groups)  # fmt: skip
+            result = await run_rollouts(engine, step_factory, tok, requests, params, limits, r.engine.concurrency,
+                                        r.retry_faulted_groups)  # fmt: skip  # a team env: its roles in turn
             return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
 
         seed = config.seed * 100_003 + step
@@ -261,6 +267,7 @@ async def _train_in(
         tripped = breaker.observe(trajectories)
         metrics = summarize_rollouts(trajectories) | time_split(trajectories) | batch_metrics
         metrics |= source.observe(trajectories)
+        metrics |= role_metrics(factory, trajectories)  # team/<role>/…: empty for a single-agent env
         if batch is not None:
             metrics |= batch.rollout.fault_metrics() | injected_metrics(batch.factory)
         metrics |= env_pool_metrics(factory) | (rewarder.step_metrics() if rewarder is not None else {})
