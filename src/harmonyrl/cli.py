@@ -54,6 +54,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL f
 console = Console()
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option("--preset", "-p", help="Named preset, applied before -c and the overrides ('list': list them)."),
+]
 OverridesArg = Annotated[
     list[str] | None, typer.Argument(help="Dotted overrides, e.g. rl.steps=10 rollout.group_size=4")
 ]
@@ -82,11 +86,41 @@ def _run_failed(e: Exception) -> typer.Exit:
     return _fail(f"the run stopped on an unexpected error: {cause} ({where})", code=1)
 
 
-def _config(config: Path | None, overrides: list[str] | None) -> RunConfig:
+def _config(config: Path | None, overrides: list[str] | None, preset: Path | None = None) -> RunConfig:
     try:
-        return load_config(config, overrides or [])
+        return load_config(config, overrides or [], [] if preset is None else [preset])
     except ConfigError as e:
         raise _fail(str(e)) from None
+
+
+def _print_presets() -> None:
+    from harmonyrl import preset_files
+
+    for p in preset_files.available():
+        console.print(f"{p.name:<12} {p.description}", highlight=False, soft_wrap=True, markup=False)
+    folder = preset_files.PRESETS_DIR
+    console.print(f"(YAML files in {folder}; use one with -p NAME)", highlight=False, soft_wrap=True, markup=False)
+
+
+def _preset(name: str | None) -> Path | None:
+    """The file of preset ``name``; ``list`` prints the presets and exits."""
+    if name is None:
+        return None
+    if name == "list":
+        _print_presets()
+        raise typer.Exit(0)
+    from harmonyrl.preset_files import PresetError, find
+
+    try:
+        return find(name)
+    except PresetError as e:
+        raise _fail(str(e)) from None
+
+
+@app.command()
+def presets() -> None:
+    """List the named presets (-p NAME) with a one-line description each (docs/sweeps.md says how each was chosen)."""
+    _print_presets()
 
 
 def _one_process(command: str) -> None:
@@ -107,16 +141,19 @@ OverwriteOpt = Annotated[
 ]
 
 
-def _run_config(config: Path | None, overrides: list[str] | None, resume: Path | None, overwrite: bool) -> RunConfig:
+def _run_config(
+    config: Path | None, overrides: list[str] | None, resume: Path | None, overwrite: bool, preset: str | None = None
+) -> RunConfig:
     """The config of a run: the resumed run's own ``config.yaml``, else the given one with the run name fixed
     now (so that a run that fails before its first step can be cleaned up by name)."""
     from harmonyrl.trainer.run_folder import default_run_name
 
     if resume is None:
-        cfg = _config(config, overrides)
-        return cfg if cfg.run_name else _config(config, [*(overrides or []), f"run_name={default_run_name()}"])
-    if config is not None or overrides or overwrite:
-        raise _fail("--resume takes the run's own config.yaml; do not pass --config, overrides or --overwrite")
+        file = _preset(preset)
+        cfg = _config(config, overrides, file)
+        return cfg if cfg.run_name else _config(config, [*(overrides or []), f"run_name={default_run_name()}"], file)
+    if config is not None or overrides or overwrite or preset is not None:
+        raise _fail("--resume takes the run's own config.yaml; do not pass --config, overrides or --overwrite (or -p)")
     if not (resume / "config.yaml").is_file():
         raise _fail(f"cannot resume '{resume}': it is not a run folder (no config.yaml)")
     return _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
@@ -124,7 +161,11 @@ def _run_config(config: Path | None, overrides: list[str] | None, resume: Path |
 
 @app.command()
 def train(
-    config: ConfigOpt = None, overrides: OverridesArg = None, resume: ResumeOpt = None, overwrite: OverwriteOpt = False
+    config: ConfigOpt = None,
+    overrides: OverridesArg = None,
+    resume: ResumeOpt = None,
+    overwrite: OverwriteOpt = False,
+    preset: PresetOpt = None,
 ) -> None:
     """SFT warm start, then RL on the environment, with held-out evaluation before and after.
 
@@ -138,7 +179,7 @@ def train(
         raise _fail(str(e)) from None
     console.quiet = not world.is_main  # rank 0 alone talks; the others fail as it does, silently
     try:
-        cfg = broadcast(_run_config(config, overrides, resume, overwrite), world)  # rank 0's default run name
+        cfg = broadcast(_run_config(config, overrides, resume, overwrite, preset), world)  # rank 0's default run name
         from harmonyrl.trainer.learner import check_distributable
 
         try:
@@ -190,12 +231,13 @@ def sft(
     resume: ResumeOpt = None,
     overwrite: OverwriteOpt = False,
     export_demos: ExportOpt = None,
+    preset: PresetOpt = None,
 ) -> None:
     """Supervised warm start only; writes RUN/checkpoints/sft for `train model.init_from=...`."""
     _one_process("sft")
     if export_demos is not None:
-        return _export_demos(_config(config, overrides), export_demos)
-    cfg = _run_config(config, overrides, resume, overwrite)
+        return _export_demos(_config(config, overrides, _preset(preset)), export_demos)
+    cfg = _run_config(config, overrides, resume, overwrite, preset)
     from harmonyrl.trainer.loop import sft_only
     from harmonyrl.trainer.run_errors import RunFolderError
     from harmonyrl.trainer.run_folder import discard_if_unstarted
@@ -222,18 +264,18 @@ def _export_demos(cfg: RunConfig, path: Path) -> None:
     console.print(f"wrote {n} demonstrations of env {cfg.env.name} to {path}: train on them with sft.demos={path}")
 
 
-def _eval_config(config: Path | None, overrides: list[str], checkpoint: Path) -> RunConfig:
+def _eval_config(config: Path | None, overrides: list[str], checkpoint: Path, preset: Path | None) -> RunConfig:
     """The config of ``eval``. ``env.*`` overrides that are not a whole env on their own (``env.kwargs.x=1`` of a
     custom env, whose ``env.factory`` is in the record) are checked later, on top of the checkpoint's record."""
     try:
-        return load_config(config, overrides)
+        return load_config(config, overrides, [] if preset is None else [preset])
     except ConfigError as e:
         from harmonyrl.trainer.checkpoint_files import record_path
 
         others = [o for o in overrides if not o.strip().startswith("env.")]
         if len(others) == len(overrides) or record_path(checkpoint) is None:
             raise _fail(str(e)) from None
-        return _config(config, others)
+        return _config(config, others, preset)
 
 
 @app.command(name="eval")
@@ -244,16 +286,19 @@ def evaluate(
     allow_env_mismatch: Annotated[
         bool, typer.Option("--allow-env-mismatch", help="Evaluate on env.* settings other than the checkpoint's.")
     ] = False,
+    preset: PresetOpt = None,
 ) -> None:
     """Evaluate a checkpoint on the held-out split of the env it was trained on (recorded in the checkpoint);
     prints a table and the metrics as JSON."""
+    from harmonyrl.config import merge_trees
     from harmonyrl.trainer.eval_env import explicit_env, resolve_eval_env
 
+    file = _preset(preset)
     try:
         chosen = resolve_eval_env(
-            _eval_config(config, overrides or [], checkpoint),
+            _eval_config(config, overrides or [], checkpoint, file),
             checkpoint,
-            explicit_env(config, overrides or []),
+            merge_trees(explicit_env(file, []), explicit_env(config, overrides or [])),
             allow_env_mismatch,
         )
     except ConfigError as e:
@@ -329,6 +374,7 @@ def sweep_cmd(
     ] = None,
     config: ConfigOpt = None,
     overrides: OverridesArg = None,
+    preset: PresetOpt = None,
 ) -> None:
     """Search config values with Optuna (TPE, median pruning): each trial a `harmonyrl train` process; writes
     best_config.yaml, trials.csv and trials.png to the sweep folder (docs/sweeps.md)."""
@@ -342,8 +388,8 @@ def sweep_cmd(
         if resume is None:
             folder = out or Path("runs") / f"sweep-{default_run_name()}"
             options = (config, overrides or [], param or [], space, trials, jobs, seed or 0, prune is not False)
-            command.start(console, folder, *options)
-        elif any(x not in (None, []) for x in (config, overrides, param, space, out, seed, prune)):
+            command.start(console, folder, *options, preset=_preset(preset))
+        elif any(x not in (None, []) for x in (config, overrides, param, space, out, seed, prune, preset)):
             raise SweepError("--resume continues the folder's own search: give only --trials and --jobs with it")
         else:
             command.resume(console, resume, trials, jobs)

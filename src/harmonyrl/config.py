@@ -8,6 +8,7 @@ are properties.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -552,25 +553,43 @@ def _moved_expert_knobs(tree: dict[str, Any]) -> dict[str, Any]:
     return tree | {"sft": kept, "env": {**(env or {}), **moved}}
 
 
-def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Load YAML (optional), apply dotted overrides, validate. Raises :class:`ConfigError` on any mistake."""
+def _read_tree(path: Path) -> dict[str, Any]:
+    """One YAML config file as a tree (ConfigError when it cannot be read or is not a mapping)."""
+    if path.is_dir():
+        raise ConfigError(f"config file '{path}' is a directory, not a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
+    return _moved_expert_knobs(loaded)
+
+
+def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top`` laid over it: mappings merge key by key, anything else in ``top`` replaces."""
+    out = dict(base)
+    for key, value in top.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_trees(out[key], value) if both else value
+    return out
+
+
+def load_config(
+    path: Path | None = None, overrides: list[str] | tuple[str, ...] = (), presets: Sequence[Path] = ()
+) -> RunConfig:
+    """Load YAML (optional), apply dotted overrides, validate. Raises :class:`ConfigError` on any mistake.
+    ``presets``: YAML files of the same schema (named presets, ``-p``) applied in order before ``path``; each
+    later file, then each override, replaces the values it names and keeps the rest."""
     tree: dict[str, Any] = {}
-    if path is not None:
-        if path.is_dir():
-            raise ConfigError(f"config file '{path}' is a directory, not a YAML file")
-        if not path.is_file():
-            raise ConfigError(f"config file '{path}' does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"config file '{path}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
-        except OSError as e:
-            raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
-        tree = _moved_expert_knobs(loaded)
+    for file in (*presets, *([] if path is None else [path])):
+        tree = merge_trees(tree, _read_tree(file))
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)

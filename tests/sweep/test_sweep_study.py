@@ -250,3 +250,24 @@ def test_real_runner_records_a_train_that_fails(tmp_path: Path) -> None:
     outcome = run_train_process(job, lambda step, value: False, threading.Event(), poll_s=0.05)
     assert outcome.state == "failed" and outcome.value is None
     assert outcome.error is not None and outcome.error.startswith(f"config file '{job.config_path}' does not exist")
+
+
+def test_a_preset_is_under_the_base_config_and_kept_for_resume(tmp_path: Path) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("# test preset\nrl:\n  steps: 12\n  entropy_coef: 0.01\nseed: 3\n")
+    first, out = FakeRunner(), io.StringIO()
+    folder = tmp_path / "sw"
+    command.start(
+        Console(file=out, width=200), folder, None, FIXED, SPACE, None, 2, 1, 0, True, runner=first, preset=preset
+    )
+    trial = load_config(first.jobs[0].config_path)
+    # the preset's values reach the trials; the fixed overrides (rl.steps=8) win over it
+    assert (trial.rl.entropy_coef, trial.seed, trial.rl.steps) == (0.01, 3, 8)
+    assert trial.eval.every == 2  # pruning's eval.every is a quarter of the resolved rl.steps (8), not the preset's
+    assert load_config(folder / "best_config.yaml").rl.entropy_coef == 0.01
+    # the sweep keeps its own copy: a resumed sweep runs what the first one ran, even if the preset changed
+    preset.write_text("rl:\n  entropy_coef: 0.5\n")
+    more = FakeRunner()
+    command.resume(Console(file=io.StringIO()), folder, 3, 1, runner=more)
+    assert load_config(more.jobs[0].config_path).rl.entropy_coef == 0.01
+    assert yaml.safe_load((folder / "sweep.yaml").read_text())["preset"] == "preset.yaml"

@@ -46,16 +46,17 @@ def need_optuna() -> None:
 
 def new_spec(
     config_file: Path | None, overrides: Sequence[str], params: Sequence[str], space_file: Path | None, trials: int,
-    seed: int, prune: bool,
+    seed: int, prune: bool, preset: Path | None = None,
 ) -> SweepSpec:  # fmt: skip
-    """The spec of a new sweep, checked against the config schema (see the module doc).
-    Pruning needs periodic held-out evaluations: without ``eval.every`` the sweep sets it to a quarter of
-    ``rl.steps``."""
+    """The spec of a new sweep, checked against the config schema (see the module doc); ``preset``: a named
+    preset's file, under ``config_file``. Pruning needs periodic held-out evaluations: without ``eval.every`` the
+    sweep sets it to a quarter of ``rl.steps``."""
     space = build_space(space_file, params)
-    base = load_config(config_file, list(overrides))
+    presets = [] if preset is None else [preset]
+    base = load_config(config_file, list(overrides), presets)
     fixed = list(overrides)
     pruning = [f"eval.every={max(1, base.rl.steps // 4)}"] if prune and base.eval.every == 0 else []
-    check_space(space, fixed, lambda extra: load_config(config_file, [*pruning, *extra]))
+    check_space(space, fixed, lambda extra: load_config(config_file, [*pruning, *extra], presets))
     return SweepSpec(
         fixed=tuple(fixed),
         for_pruning=tuple(pruning),
@@ -70,12 +71,12 @@ def new_spec(
 def start(
     console: Console, out: Path, config_file: Path | None, overrides: Sequence[str], params: Sequence[str],
     space_file: Path | None, trials: int, jobs: int, seed: int, prune: bool,
-    runner: TrialRunner = run_train_process,
+    runner: TrialRunner = run_train_process, preset: Path | None = None,
 ) -> Sweep:  # fmt: skip
-    """A new sweep in folder ``out``: ``trials`` trials, ``jobs`` at a time."""
-    spec = new_spec(config_file, overrides, params, space_file, trials, seed, prune)
+    """A new sweep in folder ``out``: ``trials`` trials, ``jobs`` at a time; ``preset``: a named preset's file."""
+    spec = new_spec(config_file, overrides, params, space_file, trials, seed, prune, preset)
     need_optuna()
-    sweep = create_sweep(out, config_file, spec)
+    sweep = create_sweep(out, config_file, spec, preset)
     return run(console, sweep, trials, jobs, runner)
 
 

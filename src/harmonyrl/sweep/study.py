@@ -1,10 +1,11 @@
 """A sweep folder and its Optuna study: what is searched, which trials ran, and running more of them.
 
 The folder holds ``sweep.yaml`` (the base config's fixed overrides, the space, the seeds: everything
-``--resume`` needs), ``base.yaml`` (a copy of the ``-c`` file, when one was given), ``study.db`` (the Optuna study,
-SQLite) and ``trials/`` (each trial's config, console log and run folder). Trials run ``jobs`` at a time, each in
-its own process (:mod:`harmonyrl.sweep.runner`); Optuna is asked for a trial in this process's main thread and told
-its outcome there too, so only the pruner's reports come from the threads that watch the processes.
+``--resume`` needs), ``base.yaml`` (a copy of the ``-c`` file, when one was given), ``preset.yaml`` (a copy of the
+``-p`` preset's file, when one was given), ``study.db`` (the Optuna study, SQLite) and ``trials/`` (each trial's
+config, console log and run folder). Trials run ``jobs`` at a time, each in its own process
+(:mod:`harmonyrl.sweep.runner`); Optuna is asked for a trial in this process's main thread and told its outcome
+there too, so only the pruner's reports come from the threads that watch the processes.
 
 A trial cut short because the sweep stopped (Ctrl-C or SIGTERM, or the sweep process killed) is recorded as failed
 and marked ``interrupted``; it does not count towards ``--trials``, and its parameters are queued so ``--resume``
@@ -50,6 +51,8 @@ class SweepSpec(Frozen):
 
     base: str | None = None
     """The base config file inside the sweep folder (a copy of ``-c``), or none: the defaults."""
+    preset: str | None = None
+    """The named preset's file inside the sweep folder (a copy of ``-p``'s), applied before ``base``, or none."""
     fixed: tuple[str, ...] = ()
     """Overrides every trial gets (``key=value``, as ``harmonyrl train`` takes them)."""
     for_pruning: tuple[str, ...] = ()
@@ -82,8 +85,9 @@ class Sweep:
         """The base config with the fixed overrides (and, for a ``trial``, the pruning ones) and ``extra`` ones
         (ConfigError on a mistake)."""
         base = None if self.spec.base is None else self.folder / self.spec.base
+        presets = [] if self.spec.preset is None else [self.folder / self.spec.preset]
         pruning = self.spec.for_pruning if trial else ()
-        return load_config(base, [*self.spec.fixed, *pruning, *extra])
+        return load_config(base, [*self.spec.fixed, *pruning, *extra], presets)
 
     def trial_config(self, number: int, params: Mapping[str, Scalar], threads: int) -> RunConfig:
         """Trial ``number``'s whole config: the base, its parameters, its run folder and its share of the cores."""
@@ -91,14 +95,18 @@ class Sweep:
         return self.config([*(override(k, v) for k, v in params.items()), *own])
 
 
-def create_sweep(folder: Path, config_file: Path | None, spec: SweepSpec) -> Sweep:
-    """Make a new sweep folder (refusing one that holds anything) with its spec and base config."""
+def create_sweep(folder: Path, config_file: Path | None, spec: SweepSpec, preset: Path | None = None) -> Sweep:
+    """Make a new sweep folder (refusing one that holds anything) with its spec and base config (copies of the
+    ``-c`` file and of the preset's, so a resumed sweep runs what the first one ran)."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise SweepError(f"sweep folder '{folder}' exists and is not empty: continue it with --resume {folder}")
     folder.mkdir(parents=True, exist_ok=True)
     if config_file is not None:
         shutil.copyfile(config_file, folder / "base.yaml")
         spec = spec.model_copy(update={"base": "base.yaml"})
+    if preset is not None:
+        shutil.copyfile(preset, folder / "preset.yaml")
+        spec = spec.model_copy(update={"preset": "preset.yaml"})
     (folder / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     return Sweep(folder, spec)
 
