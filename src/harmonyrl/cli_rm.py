@@ -13,13 +13,14 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from harmonyrl.config import ConfigError, load_config, parse_override
+from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.errors import CheckpointError
 from harmonyrl.rewards.config import RMTrainConfig
 from harmonyrl.rewards.pair_files import PairFileError
 
 rm_app = typer.Typer(no_args_is_help=True, help="Reward models: preference pairs, Bradley–Terry training.")
 console = Console()
-USER_ERRORS = (ConfigError, PairFileError, CheckpointError, FileExistsError, FileNotFoundError)
+USER_ERRORS = (ConfigError, PairFileError, CheckpointError, UserCodeError, FileExistsError, FileNotFoundError)
 
 
 def _fail(message: str) -> typer.Exit:

@@ -40,3 +40,16 @@ def test_generate_pairs_counts_every_prompt(tmp_path: Path) -> None:
     assert len(written) == stats.pairs
     if stats.pairs:
         assert len(read_pairs(tmp_path / "pairs.jsonl").pairs) == stats.pairs
+
+
+def test_a_team_env_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Pairs are one agent's episodes: on a team env run_episodes would play only the planner."""
+    from typer.testing import CliRunner
+
+    from harmonyrl.cli import app
+
+    out = tmp_path / "p.jsonl"
+    args = ["rm", "pairs", "--checkpoint", str(tmp_path / "none"), "--out", str(out), "env.name=relay"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "env.name=relay is a team env" in result.output, result.output
+    assert not (tmp_path / "p.jsonl").exists()

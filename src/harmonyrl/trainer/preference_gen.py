@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harmonyrl.config import RunConfig
+from harmonyrl.envs.loader import UserCodeError
+from harmonyrl.envs.team import TeamFactory
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.rewards.episodes import checked_score, episode_answer
 from harmonyrl.rewards.pair_files import write_pairs_jsonl
@@ -61,6 +63,8 @@ async def generate_pairs(config: RunConfig, checkpoint: Path, n_prompts: int, ou
     setup_process(config.seed, config.threads, config.adaptive_threads)
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
+    if isinstance(factory, TeamFactory):  # run_episodes would play the first role only: pairs of half episodes
+        raise UserCodeError(f"env.name={config.env.name} is a team env: preference pairs are made for one agent's envs")
     await check_before_compute(config.env, factory, config.seed)
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     engine, limits = await make_engine(config, model, None)
