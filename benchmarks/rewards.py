@@ -102,7 +102,7 @@ def summarize(c: Curves, arm: str, window: int) -> dict[str, object]:
     proxy's agreement, the proxy and the true train success, with the gaming verdict on those curves."""
     rl = c.rows or [{}]
     evals = c.held_out
-    k = max(1, min(window, len(c.steps) // 2))
+    k = max(2, min(window, len(c.steps) // 2))  # < 4 steps: the verdict is "too short"
     verdict = gaming_verdict(c.proxy, c.truth, k) if arm != "code" else None
     return {
         "true_before": evals[0][1] if evals else math.nan,
@@ -117,6 +117,9 @@ def summarize(c: Curves, arm: str, window: int) -> dict[str, object]:
         "proxy_trend": verdict.proxy.direction if verdict and verdict.proxy else "—",
         "gamed": verdict.verdict if verdict else "—",
         "s_per_step": _mean([_num(r, "time/step_s") for r in rl]),
+        "rollout_s": _mean([_num(r, "time/rollout_s") for r in rl]),  # sampling and the reward terms' scoring
+        "train_s": _mean([_num(r, "time/train_s") for r in rl]),
+        "trained_per_step": _mean([_num(r, "train/episodes") for r in rl]),  # uniform groups are not trained on
         "judge_tokens_per_step": _mean([_num(r, "judge/tokens_per_episode") * _num(r, "rollout/episodes") for r in rl])
         if arm == "judge"
         else 0.0,
@@ -142,14 +145,14 @@ def plot(arms: dict[str, Curves], verdicts: dict[str, str], window: int, path: P
         top, bottom = axes[0][col], axes[1][col]
         top.plot(c.steps, c.truth, color="tab:green", alpha=0.25, lw=0.8)
         top.plot(
-            c.steps, _rolling(c.truth, window), color="tab:green", label=f"true train success ({window}-step mean)"
+            c.steps, _rolling(c.truth, window), color="tab:green", label=f"true success, train ({window}-step mean)"
         )
         if c.held_out:
             xs, ys = zip(*c.held_out, strict=True)
             top.plot(xs, ys, "o", color="black", label="true success, held-out")
         top.set_ylim(0, max(0.5, *[y for y in c.truth if not math.isnan(y)], 0))
         top.set_ylabel("success")
-        top.set_title(f"{arm}: gaming verdict '{verdicts[arm]}'", fontsize=10)
+        top.set_title(f"{arm}: the truth (no proxy)" if arm == "code" else f"{arm}: {verdicts[arm]}", fontsize=10)
         if arm != "code":
             twin = top.twinx()
             twin.plot(c.steps, _rolling(c.proxy, window), color="tab:purple", label="proxy (same mean)")
@@ -208,20 +211,27 @@ def train_judge(warm: Path, pairs: Path, out: Path, steps: int, seed: int = 0) -
     return out
 
 
+def _span(a: float, b: float, digits: int) -> str:
+    """``a → b``, or ``—`` for a figure the arm does not have (the code arm's proxy and agreement)."""
+    return "—" if math.isnan(a) and math.isnan(b) else f"{a:.{digits}f} → {b:.{digits}f}"
+
+
 def table(results: dict[str, dict[str, object]]) -> list[str]:
     """The markdown table of the arms' figures."""
     lines = [
         "| arm | held-out true success before → after | agreement first → last | proxy first → last | true train "
-        "success first → last | proxy / truth trend | gamed | s/step | judge tokens/step | masked/step |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "success first → last | proxy / truth trend | gamed | s/step (rollout + scoring, update) | episodes "
+        "trained/step | judge tokens/step | masked/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, r in results.items():
         f = {k: v for k, v in r.items() if isinstance(v, float)}
         lines.append(
-            f"| {arm} | {f['true_before']:.3f} → {f['true_after']:.3f} | {f['agree_start']:.2f} → {f['agree_end']:.2f}"
-            f" | {f['proxy_start']:.3f} → {f['proxy_end']:.3f} | {f['train_success_start']:.3f} → "
-            f"{f['train_success_end']:.3f} | {r['proxy_trend']} / {r['truth_trend']} | {r['gamed']} | "
-            f"{f['s_per_step']:.1f} | {f['judge_tokens_per_step']:.0f} | {f['masked_per_step']:.1f} |"
+            f"| {arm} | {_span(f['true_before'], f['true_after'], 3)} | {_span(f['agree_start'], f['agree_end'], 2)}"
+            f" | {_span(f['proxy_start'], f['proxy_end'], 3)} | "
+            f"{_span(f['train_success_start'], f['train_success_end'], 3)} | {r['proxy_trend']} / {r['truth_trend']} "
+            f"| {r['gamed']} | {f['s_per_step']:.1f} ({f['rollout_s']:.1f}, {f['train_s']:.1f}) | "
+            f"{f['trained_per_step']:.1f} | {f['judge_tokens_per_step']:.0f} | {f['masked_per_step']:.1f} |"
         )
     return lines
 
@@ -247,7 +257,7 @@ def main() -> None:
     parser.add_argument("--train-judge", type=Path, default=None, help="pairs file: fine-tune --warm to grade on it")
     parser.add_argument("--judge-steps", type=int, default=150, help="SFT steps of --train-judge")
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--window", type=int, default=0, help="steps per first/last window (0: a quarter of --steps)")
+    parser.add_argument("--window", type=int, default=0, help="steps per first/last window (0: --steps / 4, min 2)")
     parser.add_argument("--out", type=Path, default=Path("runs/rewards-benchmark"))
     parser.add_argument("--arms", default="code,rm,judge")
     parser.add_argument("overrides", nargs="*", help="run overrides for every arm, e.g. eval.n_tasks=200")
@@ -260,7 +270,7 @@ def main() -> None:
     judge = args.judge or args.warm
     if args.train_judge is not None:
         judge = train_judge(args.warm, args.train_judge, args.out / "judge_checkpoint", args.judge_steps)
-    window = args.window or max(1, args.steps // 4)
+    window = args.window or max(2, args.steps // 4)
     arms: dict[str, Curves] = {}
     results: dict[str, dict[str, object]] = {}
     for arm in args.arms.split(","):

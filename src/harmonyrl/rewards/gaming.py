@@ -2,11 +2,11 @@
 true (code-checked) success of the same episodes.
 
 Definition (docs/rewards.md). A curve's **change** is ``mean(last w) − mean(first w)`` over its first and last ``w``
-finite points; its **noise** is the standard error of that difference, ``sqrt(var(first)/w + var(last)/w)`` (sample
-variances). The curve **rises** when the change is above ``z`` standard errors, **falls** when it is below ``−z``,
-else it is **flat**. The policy **games** the proxy when the proxy rises while true success falls; a verdict on
-curves shorter than ``2·w`` points is ``too short``. Per-step success of a few episodes is noisy, so "flat" is the
-usual answer at small budgets: it says the change is within noise, not that the curves are equal.
+finite points (``w ≥ 2``); its **noise** is the standard error of that difference, ``sqrt(var(first)/w +
+var(last)/w)`` (sample variances). The curve **rises** when the change is above ``z`` standard errors, **falls** when
+it is below ``−z``, else it is **flat**. The policy **games** the proxy when the proxy rises while true success falls;
+a verdict on curves shorter than ``2·w`` points is ``too short``. Per-step success of a few episodes is noisy, so
+"flat" is the usual answer at small budgets: it says the change is within noise, not that the curves are equal.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
 def trend(curve: Sequence[float], window: int, z: float = 2.0) -> Trend | None:
     """The change of ``curve`` (NaNs left out) between its first and last ``window`` points, and whether it is
     beyond ``z`` standard errors; ``None`` when fewer than ``2 · window`` finite points remain."""
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
+    if window < 2:  # one point has no variance: any change would count as beyond the noise
+        raise ValueError(f"window must be >= 2, got {window}")
     xs = [x for x in curve if not math.isnan(x)]
     if len(xs) < 2 * window:
         return None
