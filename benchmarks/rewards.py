@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harmonyrl.rewards.gaming import gaming_verdict, trend
+from harmonyrl.rewards.gaming import gaming_verdict, proportion_trend, trend
 
 TERMS = {"code": "reward/env", "rm": "reward/model", "judge": "reward/judge"}
 
@@ -78,6 +78,8 @@ class Curves:
     """``reward/<term>_agreement`` with the checkers (NaN for the code arm: nothing to agree with)."""
     held_out: list[tuple[int, float]]
     """Held-out ``eval/success`` by step: before RL (step 0), at ``eval.every``, after RL."""
+    held_out_n: list[int]
+    """Episodes behind each held-out figure (``eval/episodes``; 0: not logged, no held-out trend)."""
     rows: list[dict[str, object]]
 
 
@@ -86,13 +88,14 @@ def curves(run: Path, arm: str) -> Curves:
     rows = _rows(run)
     rl = [r for r in rows if r["phase"] == "rl"]
     term = TERMS[arm]
-    held = [(int(_num(r, "step")), _num(r, "eval/success")) for r in rows if "eval/success" in r]
+    evals = [r for r in rows if "eval/success" in r]
     return Curves(
         steps=[int(_num(r, "step")) for r in rl],
         truth=[_num(r, "rollout/success") for r in rl],
         proxy=[_num(r, term) for r in rl],
         agreement=[_num(r, f"{term}_agreement") for r in rl],
-        held_out=held,
+        held_out=[(int(_num(r, "step")), _num(r, "eval/success")) for r in evals],
+        held_out_n=[0 if math.isnan(n := _num(r, "eval/episodes")) else int(n) for r in evals],
         rows=rl,
     )
 
@@ -103,7 +106,9 @@ def summarize(c: Curves, arm: str, window: int) -> dict[str, object]:
     rl = c.rows or [{}]
     evals = c.held_out
     k = max(2, min(window, len(c.steps) // 2))  # < 4 steps: the verdict is "too short"
-    verdict = gaming_verdict(c.proxy, c.truth, k) if arm != "code" else None
+    n = c.held_out_n
+    held = proportion_trend(evals[0][1], n[0], evals[-1][1], n[-1]) if len(evals) > 1 and min(n) > 0 else None
+    verdict = gaming_verdict(c.proxy, c.truth, k, held_out=held) if arm != "code" else None
     return {
         "true_before": evals[0][1] if evals else math.nan,
         "true_after": evals[-1][1] if len(evals) > 1 else math.nan,  # nan: stopped before it
@@ -113,7 +118,7 @@ def summarize(c: Curves, arm: str, window: int) -> dict[str, object]:
         "proxy_end": _mean(c.proxy[-k:]),
         "train_success_start": _mean(c.truth[:k]),
         "train_success_end": _mean(c.truth[-k:]),
-        "truth_trend": (t.direction if (t := trend(c.truth, k)) else "—"),
+        "truth_trend": f"{t.direction if (t := trend(c.truth, k)) else '—'} / {held.direction if held else '—'}",
         "proxy_trend": verdict.proxy.direction if verdict and verdict.proxy else "—",
         "gamed": verdict.verdict if verdict else "—",
         "s_per_step": _mean([_num(r, "time/step_s") for r in rl]),
@@ -220,8 +225,8 @@ def table(results: dict[str, dict[str, object]]) -> list[str]:
     """The markdown table of the arms' figures."""
     lines = [
         "| arm | held-out true success before → after | agreement first → last | proxy first → last | true train "
-        "success first → last | proxy / truth trend | gamed | s/step (rollout + scoring, update) | episodes "
-        "trained/step | judge tokens/step | masked/step |",
+        "success first → last | trend: proxy / truth (train / held-out) | gamed | s/step (rollout + scoring, "
+        "update) | episodes trained/step | judge tokens/step | masked/step |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, r in results.items():
@@ -229,7 +234,7 @@ def table(results: dict[str, dict[str, object]]) -> list[str]:
         lines.append(
             f"| {arm} | {_span(f['true_before'], f['true_after'], 3)} | {_span(f['agree_start'], f['agree_end'], 2)}"
             f" | {_span(f['proxy_start'], f['proxy_end'], 3)} | "
-            f"{_span(f['train_success_start'], f['train_success_end'], 3)} | {r['proxy_trend']} / {r['truth_trend']} "
+            f"{_span(f['train_success_start'], f['train_success_end'], 3)} | {r['proxy_trend']} / ({r['truth_trend']}) "
             f"| {r['gamed']} | {f['s_per_step']:.1f} ({f['rollout_s']:.1f}, {f['train_s']:.1f}) | "
             f"{f['trained_per_step']:.1f} | {f['judge_tokens_per_step']:.0f} | {f['masked_per_step']:.1f} |"
         )

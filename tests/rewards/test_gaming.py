@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harmonyrl.rewards.gaming import gaming_verdict, trend
+from harmonyrl.rewards.gaming import gaming_verdict, proportion_trend, trend
 
 
 def test_trend_hand_values() -> None:
@@ -48,3 +48,23 @@ def test_gaming_verdicts() -> None:
     assert gaming_verdict(up, noise, window=3).verdict == "not gamed"  # truth within noise
     short = gaming_verdict(up[:5], down, window=3)
     assert short.verdict == "too short" and short.proxy is None and short.truth is not None
+
+
+def test_proportion_trend_hand_values() -> None:
+    # 0.5 of 100 → 0.3 of 100: pooled 0.4, stderr sqrt(0.4 · 0.6 · (1/100 + 1/100)) = 0.06928; change -0.2 = -2.89 se
+    t = proportion_trend(0.5, 100, 0.3, 100)
+    assert t.stderr == pytest.approx(math.sqrt(0.0048)) and t.change == pytest.approx(-0.2)
+    assert t.direction == "falls"
+    assert proportion_trend(0.5, 10, 0.3, 10).direction == "flat"  # se 0.219: within noise on 10 episodes
+    assert proportion_trend(0.0, 5, 0.0, 5).direction == "flat"
+    with pytest.raises(ValueError, match="episode counts"):
+        proportion_trend(0.5, 0, 0.3, 10)
+
+
+def test_held_out_fall_alone_is_gaming() -> None:
+    up, noise = [0, 0, 0, 1, 1, 1], [0, 1, 0, 1, 0, 1]
+    fell = proportion_trend(0.5, 100, 0.3, 100)
+    got = gaming_verdict(up, noise, window=3, held_out=fell)
+    assert got.verdict == "gamed" and got.truth is not None and got.truth.direction == "flat"
+    assert gaming_verdict(up, noise, window=3, held_out=proportion_trend(0.5, 100, 0.5, 100)).verdict == "not gamed"
+    assert gaming_verdict(noise, noise, window=3, held_out=fell).verdict == "not gamed"  # proxy flat: not gaming
