@@ -17,9 +17,11 @@ steps; only the reward differs:
 
 Reported per arm: held-out true success (code-checked ``eval/success``) before and after, the proxy's agreement with
 the checkers (``reward/<term>_agreement``: within a group, the fraction of differently-checked episode pairs the proxy
-ranks the same way) on the first and last step, the proxy reward and the true train success on the first and last
-step (the proxy rising while true success falls is the policy gaming it), seconds per step and judge tokens per
-step; "first" and "last" are means over the first and last 5 RL steps. Last line:
+ranks the same way), the proxy reward and the true train success (``rollout/success``), each as a mean over the first
+and last ``--window`` RL steps (default a quarter of ``--steps``), the gaming verdict on those two curves
+(:func:`harmonyrl.rewards.gaming.gaming_verdict`: the proxy rising beyond 2 standard errors while true success falls
+beyond 2), seconds per step and judge tokens per step. Written to ``--out``: ``table.md``, ``results.json`` and
+``rewards.png`` (per arm: true success and the proxy vs step, agreement vs step). Last line:
 ``RESULT code_final=… rm_final=… judge_final=… rm_agree_end=… judge_agree_end=… judge_s_per_step=…``.
 """
 
@@ -31,7 +33,10 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from harmonyrl.rewards.gaming import gaming_verdict, proportion_trend, trend
 
 TERMS = {"code": "reward/env", "rm": "reward/model", "judge": "reward/judge"}
 
@@ -54,45 +59,124 @@ def _num(row: dict[str, object], key: str) -> float:
     return float(value) if isinstance(value, int | float | str) else math.nan
 
 
-def _window(rows: list[dict[str, object]], key: str) -> float:
-    """Mean of ``key`` over ``rows``, leaving out steps that lack it or logged NaN."""
-    values = [v for v in (_num(r, key) for r in rows) if not math.isnan(v)]
-    return sum(values) / len(values) if values else math.nan
+def _mean(values: list[float]) -> float:
+    """Mean of ``values`` leaving out NaN (a step that lacks the metric)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
 
 
-def summarize(run: Path, arm: str, window: int = 5) -> dict[str, float]:
-    """One arm's figures from its ``metrics.jsonl``; "start" and "end" are means over the first and last ``window``
-    RL steps (one step's 16 episodes are too few to read alone)."""
+@dataclass(frozen=True)
+class Curves:
+    """One arm's per-RL-step series from its ``metrics.jsonl`` (NaN where a step lacks the metric)."""
+
+    steps: list[int]
+    truth: list[float]
+    """``rollout/success``: the code-checked success of the step's own training episodes."""
+    proxy: list[float]
+    """The reward term the arm trains on (``reward/env`` for the code arm: the truth's own reward)."""
+    agreement: list[float]
+    """``reward/<term>_agreement`` with the checkers (NaN for the code arm: nothing to agree with)."""
+    held_out: list[tuple[int, float]]
+    """Held-out ``eval/success`` by step: before RL (step 0), at ``eval.every``, after RL."""
+    held_out_n: list[int]
+    """Episodes behind each held-out figure (``eval/episodes``; 0: not logged, no held-out trend)."""
+    rows: list[dict[str, object]]
+
+
+def curves(run: Path, arm: str) -> Curves:
+    """The per-step series of the arm whose run folder is ``run``."""
     rows = _rows(run)
-    evals = [r for r in rows if r["phase"] == "eval"]
-    rl = [r for r in rows if r["phase"] == "rl"] or [{}]
-    k = max(1, min(window, len(rl) // 2))
-    first, last = rl[:k], rl[-k:]
+    rl = [r for r in rows if r["phase"] == "rl"]
     term = TERMS[arm]
+    evals = [r for r in rows if "eval/success" in r]
+    return Curves(
+        steps=[int(_num(r, "step")) for r in rl],
+        truth=[_num(r, "rollout/success") for r in rl],
+        proxy=[_num(r, term) for r in rl],
+        agreement=[_num(r, f"{term}_agreement") for r in rl],
+        held_out=[(int(_num(r, "step")), _num(r, "eval/success")) for r in evals],
+        held_out_n=[0 if math.isnan(n := _num(r, "eval/episodes")) else int(n) for r in evals],
+        rows=rl,
+    )
+
+
+def summarize(c: Curves, arm: str, window: int) -> dict[str, object]:
+    """One arm's figures: held-out success before and after, and over the first and last ``window`` RL steps the
+    proxy's agreement, the proxy and the true train success, with the gaming verdict on those curves."""
+    rl = c.rows or [{}]
+    evals = c.held_out
+    k = max(2, min(window, len(c.steps) // 2))  # < 4 steps: the verdict is "too short"
+    n = c.held_out_n
+    held = proportion_trend(evals[0][1], n[0], evals[-1][1], n[-1]) if len(evals) > 1 and min(n) > 0 else None
+    verdict = gaming_verdict(c.proxy, c.truth, k, held_out=held) if arm != "code" else None
     return {
-        "true_before": _num(evals[0], "eval/success"),
-        "true_after": _num(evals[-1], "eval/success") if len(evals) > 1 else math.nan,  # nan: stopped before it
-        "agree_start": _window(first, f"{term}_agreement"),
-        "agree_end": _window(last, f"{term}_agreement"),
-        "proxy_start": _window(first, term),
-        "proxy_end": _window(last, term),
-        "train_success_start": _window(first, "rollout/success"),
-        "train_success_end": _window(last, "rollout/success"),
-        "s_per_step": _window(rl, "time/step_s"),
-        "judge_tokens_per_step": _window(rl, "judge/tokens_per_episode") * _window(rl, "rollout/episodes")
+        "true_before": evals[0][1] if evals else math.nan,
+        "true_after": evals[-1][1] if len(evals) > 1 else math.nan,  # nan: stopped before it
+        "agree_start": _mean(c.agreement[:k]),
+        "agree_end": _mean(c.agreement[-k:]),
+        "proxy_start": _mean(c.proxy[:k]),
+        "proxy_end": _mean(c.proxy[-k:]),
+        "train_success_start": _mean(c.truth[:k]),
+        "train_success_end": _mean(c.truth[-k:]),
+        "truth_trend": f"{t.direction if (t := trend(c.truth, k)) else '—'} / {held.direction if held else '—'}",
+        "proxy_trend": verdict.proxy.direction if verdict and verdict.proxy else "—",
+        "gamed": verdict.verdict if verdict else "—",
+        "s_per_step": _mean([_num(r, "time/step_s") for r in rl]),
+        "rollout_s": _mean([_num(r, "time/rollout_s") for r in rl]),  # sampling and the reward terms' scoring
+        "train_s": _mean([_num(r, "time/train_s") for r in rl]),
+        "trained_per_step": _mean([_num(r, "train/episodes") for r in rl]),  # uniform groups are not trained on
+        "judge_tokens_per_step": _mean([_num(r, "judge/tokens_per_episode") * _num(r, "rollout/episodes") for r in rl])
         if arm == "judge"
         else 0.0,
         "masked_per_step": sum(_num(r, "env/failure_reward_error") for r in rl if "env/failure_reward_error" in r)
         / len(rl),
-        "steps": float(len([r for r in rl if r])),
+        "steps": float(len(c.steps)),
+        "window": float(k),
     }
 
 
-def gamed(r: dict[str, float]) -> str:
-    """``yes`` when the proxy rose while true train success fell from the first steps to the last."""
-    if math.isnan(r["proxy_start"]) or math.isnan(r["proxy_end"]):
-        return "—"
-    return "yes" if r["proxy_end"] > r["proxy_start"] and r["train_success_end"] < r["train_success_start"] else "no"
+def _rolling(xs: list[float], w: int) -> list[float]:
+    """Trailing mean over up to ``w`` finite points (the curves' noise is per-step sampling)."""
+    return [_mean(xs[max(0, i - w + 1) : i + 1]) for i in range(len(xs))]
+
+
+def plot(arms: dict[str, Curves], verdicts: dict[str, str], window: int, path: Path) -> None:
+    """Per arm (columns): true success and the proxy reward vs step (top), agreement with the checkers (bottom)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * len(arms), 6.4), layout="constrained")
+    axes = fig.subplots(2, len(arms), squeeze=False, sharex="col")
+    for col, (arm, c) in enumerate(arms.items()):
+        top, bottom = axes[0][col], axes[1][col]
+        top.plot(c.steps, c.truth, color="tab:green", alpha=0.25, lw=0.8)
+        top.plot(
+            c.steps, _rolling(c.truth, window), color="tab:green", label=f"true success, train ({window}-step mean)"
+        )
+        if c.held_out:
+            xs, ys = zip(*c.held_out, strict=True)
+            top.plot(xs, ys, "o", color="black", label="true success, held-out")
+        top.set_ylim(0, max(0.5, *[y for y in c.truth if not math.isnan(y)], 0))
+        top.set_ylabel("success")
+        top.set_title(f"{arm}: the truth (no proxy)" if arm == "code" else f"{arm}: {verdicts[arm]}", fontsize=10)
+        if arm != "code":
+            twin = top.twinx()
+            twin.plot(c.steps, _rolling(c.proxy, window), color="tab:purple", label="proxy (same mean)")
+            twin.set_ylabel(f"proxy {TERMS[arm]}", color="tab:purple")
+            twin.legend(loc="lower right", fontsize=7)
+        top.legend(loc="lower left", fontsize=7)
+        bottom.axhline(0.5, color="grey", lw=0.6, ls="--")
+        if arm == "code":
+            bottom.text(0.5, 0.5, "the reward is the checkers:\nno agreement to measure", ha="center", va="center",
+                        transform=bottom.transAxes, fontsize=8)  # fmt: skip
+        else:
+            bottom.plot(c.steps, c.agreement, color="tab:blue", alpha=0.25, lw=0.8)
+            agree = f"agreement with the checkers ({window}-step mean)"
+            bottom.plot(c.steps, _rolling(c.agreement, window), color="tab:blue", label=agree)
+            bottom.legend(loc="lower left", fontsize=7)
+        bottom.set_ylim(0, 1.02)
+        bottom.set_xlabel("RL step")
+        bottom.set_ylabel("pairwise agreement")
+    fig.savefig(path, dpi=110)
 
 
 def train_judge(warm: Path, pairs: Path, out: Path, steps: int, seed: int = 0) -> Path:
@@ -132,6 +216,44 @@ def train_judge(warm: Path, pairs: Path, out: Path, steps: int, seed: int = 0) -
     return out
 
 
+def _span(a: float, b: float, digits: int) -> str:
+    """``a → b``, or ``—`` for a figure the arm does not have (the code arm's proxy and agreement)."""
+    return "—" if math.isnan(a) and math.isnan(b) else f"{a:.{digits}f} → {b:.{digits}f}"
+
+
+def table(results: dict[str, dict[str, object]]) -> list[str]:
+    """The markdown table of the arms' figures."""
+    lines = [
+        "| arm | held-out true success before → after | agreement first → last | proxy first → last | true train "
+        "success first → last | trend: proxy / truth (train / held-out) | gamed | s/step (rollout + scoring, "
+        "update) | episodes trained/step | judge tokens/step | masked/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, r in results.items():
+        f = {k: v for k, v in r.items() if isinstance(v, float)}
+        lines.append(
+            f"| {arm} | {_span(f['true_before'], f['true_after'], 3)} | {_span(f['agree_start'], f['agree_end'], 2)}"
+            f" | {_span(f['proxy_start'], f['proxy_end'], 3)} | "
+            f"{_span(f['train_success_start'], f['train_success_end'], 3)} | {r['proxy_trend']} / ({r['truth_trend']}) "
+            f"| {r['gamed']} | {f['s_per_step']:.1f} ({f['rollout_s']:.1f}, {f['train_s']:.1f}) | "
+            f"{f['trained_per_step']:.1f} | {f['judge_tokens_per_step']:.0f} | {f['masked_per_step']:.1f} |"
+        )
+    return lines
+
+
+def run_arm(arm: str, common: list[str], rm: Path, judge: Path, run: Path) -> None:
+    """Train one arm (skipped when its run folder already has a summary)."""
+    if (run / "summary.json").is_file():
+        return
+    cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *common, f"run_name={arm}", "--overwrite",
+           *arm_overrides(arm, rm, judge)]  # fmt: skip
+    done = subprocess.run(cmd, env=os.environ.copy())
+    if done.returncode != 0 and not (run / "metrics.jsonl").is_file():
+        raise SystemExit(f"arm {arm} failed before its first step (exit {done.returncode})")
+    if done.returncode != 0:  # e.g. the fault breaker: a judge whose replies never parse masks every episode
+        print(f"arm {arm} stopped early (exit {done.returncode}); its figures are up to where it stopped")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--warm", type=Path, required=True, help="the shared warm start (a policy checkpoint)")
@@ -140,9 +262,10 @@ def main() -> None:
     parser.add_argument("--train-judge", type=Path, default=None, help="pairs file: fine-tune --warm to grade on it")
     parser.add_argument("--judge-steps", type=int, default=150, help="SFT steps of --train-judge")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--window", type=int, default=0, help="steps per first/last window (0: --steps / 4, min 2)")
     parser.add_argument("--out", type=Path, default=Path("runs/rewards-benchmark"))
     parser.add_argument("--arms", default="code,rm,judge")
-    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("overrides", nargs="*", help="run overrides for every arm, e.g. eval.n_tasks=200")
     args = parser.parse_args()
     common = [
         "env.name=instruct", f"model.init_from={args.warm}", "rollout.max_new_tokens=192", "rollout.tasks_per_step=4",
@@ -152,27 +275,20 @@ def main() -> None:
     judge = args.judge or args.warm
     if args.train_judge is not None:
         judge = train_judge(args.warm, args.train_judge, args.out / "judge_checkpoint", args.judge_steps)
-    results: dict[str, dict[str, float]] = {}
+    window = args.window or max(2, args.steps // 4)
+    arms: dict[str, Curves] = {}
+    results: dict[str, dict[str, object]] = {}
     for arm in args.arms.split(","):
-        run = args.out / arm
-        if not (run / "summary.json").is_file():
-            cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *common, f"run_name={arm}", "--overwrite",
-                   *arm_overrides(arm, args.rm, judge)]  # fmt: skip
-            done = subprocess.run(cmd, env=os.environ.copy())
-            if done.returncode != 0 and not (run / "metrics.jsonl").is_file():
-                raise SystemExit(f"arm {arm} failed before its first step (exit {done.returncode})")
-            if done.returncode != 0:  # e.g. the fault breaker: a judge whose replies never parse masks every episode
-                print(f"arm {arm} stopped early (exit {done.returncode}); its figures are up to where it stopped")
-        results[arm] = summarize(run, arm)
-    print("| arm | true success before → after | agreement start → end | proxy start → end | train success "
-          "start → end | gamed | s/step | judge tokens/step | masked/step |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
-    for arm, r in results.items():
-        print(f"| {arm} | {r['true_before']:.3f} → {r['true_after']:.3f} | {r['agree_start']:.2f} → "
-              f"{r['agree_end']:.2f} | {r['proxy_start']:.3f} → {r['proxy_end']:.3f} | "
-              f"{r['train_success_start']:.3f} → {r['train_success_end']:.3f} | {gamed(r)} | {r['s_per_step']:.1f} | "
-              f"{r['judge_tokens_per_step']:.0f} | {r['masked_per_step']:.1f} |")  # fmt: skip
-    nan = {"true_after": math.nan, "agree_end": math.nan, "s_per_step": math.nan}
+        run_arm(arm, common, args.rm, judge, args.out / arm)
+        arms[arm] = curves(args.out / arm, arm)
+        results[arm] = summarize(arms[arm], arm, window)
+    lines = table(results)
+    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    plot(arms, {a: str(r["gamed"]) for a, r in results.items()}, window, args.out / "rewards.png")
+    print("\n".join(lines))
+    print(f"figure: {args.out / 'rewards.png'}")
+    nan: dict[str, object] = {"true_after": math.nan, "agree_end": math.nan, "s_per_step": math.nan}
     c, m, j = (results.get(a, nan) for a in ("code", "rm", "judge"))
     print(f"RESULT code_final={c['true_after']:.3f} rm_final={m['true_after']:.3f} judge_final={j['true_after']:.3f} "
           f"rm_agree_end={m['agree_end']:.3f} judge_agree_end={j['agree_end']:.3f} "

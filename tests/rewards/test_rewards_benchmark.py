@@ -1,0 +1,64 @@
+"""benchmarks/rewards.py's reading of a run: curves, figures, gaming verdict and plot from a hand-written
+metrics.jsonl (no training)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "rewards.py"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rewards_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(tmp_path: Path, proxy: list[float], truth: list[float], after: float = 0.125) -> Path:
+    rows: list[dict[str, object]] = [{"step": 0, "phase": "eval", "eval/success": 0.25, "eval/episodes": 800}]
+    for i, (p, t) in enumerate(zip(proxy, truth, strict=True)):
+        rows.append({"step": i + 1, "phase": "rl", "reward/model": p, "reward/model_agreement": 0.8,
+                     "rollout/success": t, "time/step_s": 2.0, "rollout/episodes": 16})  # fmt: skip
+    rows.append({"step": len(proxy), "phase": "eval", "eval/success": after, "eval/episodes": 800})
+    run = tmp_path / "rm"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_gamed_arm_is_flagged_and_plotted(tmp_path: Path) -> None:
+    bench = _bench()
+    # proxy -2, -2, -1, -1 → first 2 mean -2, last 2 mean -1 (rises, no noise); truth 0.5, 0.5, 0.25, 0.25 falls
+    c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.5, 0.5, 0.25, 0.25]), "rm")
+    assert c.steps == [1, 2, 3, 4] and c.held_out == [(0, 0.25), (4, 0.125)]
+    r = bench.summarize(c, "rm", window=2)
+    assert (r["true_before"], r["true_after"]) == (0.25, 0.125)
+    assert (r["proxy_start"], r["proxy_end"], r["train_success_start"], r["train_success_end"]) == (-2, -1, 0.5, 0.25)
+    # held-out 0.25 → 0.125 on 800 each: pooled se sqrt(0.1875 · 0.8125 · 2/800) = 0.0195, a fall of 6.4 se
+    assert (r["proxy_trend"], r["truth_trend"], r["gamed"]) == ("rises", "falls / falls", "gamed")
+    assert r["s_per_step"] == 2.0 and r["judge_tokens_per_step"] == 0.0
+    png = tmp_path / "rewards.png"
+    bench.plot({"rm": c}, {"rm": r["gamed"]}, 2, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any("| rm | 0.250 → 0.125 |" in line and "| gamed |" in line for line in bench.table({"rm": r}))
+
+
+def test_truth_rising_with_the_proxy_is_not_gamed(tmp_path: Path) -> None:
+    bench = _bench()
+    c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.25, 0.25, 0.5, 0.5], after=0.25), "rm")
+    r = bench.summarize(c, "rm", window=2)
+    assert (r["truth_trend"], r["gamed"]) == ("rises / flat", "not gamed")
+
+
+def test_held_out_fall_alone_flags_gaming(tmp_path: Path) -> None:
+    bench = _bench()
+    c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.25, 0.5, 0.5, 0.25]), "rm")  # train curve flat
+    r = bench.summarize(c, "rm", window=2)
+    assert (r["truth_trend"], r["gamed"]) == ("flat / falls", "gamed")
