@@ -15,7 +15,7 @@ from rich.console import Console
 from harmonyrl.cli_rm import rm_app
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.envs.loader import TargetError, UserCodeError
-from harmonyrl.envs.taskfile import TaskFileError
+from harmonyrl.envs.taskfile import TaskFileError, TooFewProblems
 from harmonyrl.errors import (
     CheckpointError,
     ClusterError,
@@ -42,13 +42,14 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     DemoFileError,
     SinkUnavailableError,
     TaskFileError,
+    TooFewProblems,
     SandboxUnavailable,
     ClusterError,
     UserCodeError,
 )
 """Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
-package, a malformed task file, no working bubblewrap for a sandboxed env, the user's own env or expert code
-failing): one line, no traceback."""
+package, a malformed task file, more generated problems than an env's settings allow, no working bubblewrap for a
+sandboxed env, the user's own env or expert code failing): one line, no traceback."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
 console = Console()

@@ -113,3 +113,17 @@ def test_draw_splits_is_deterministic_prefix_stable_and_disjoint() -> None:
     assert not {key(t) for t in (*train, *other[0])} & {key(t) for t in (*test, *other[1])}
     with pytest.raises(ValueError, match="toy: could not draw 900 train \\+ 10 test distinct problems"):
         draw_splits("toy", 3, 900, 10, _draw)  # only 820 distinct keys exist
+
+
+def test_too_many_problems_for_the_settings_is_a_one_line_cli_error(tmp_path: Path) -> None:
+    """A 3x3 maze has fewer than 300 distinct problems: the command says which knobs to turn, no traceback."""
+    from typer.testing import CliRunner
+
+    from harmonyrl.cli import app
+
+    args = ["train", "env.name=maze", "env.size=3", "env.n_train=200", f"output_dir={tmp_path}", "run_name=m"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "maze: could not draw 200 train + 100 test distinct problems" in result.output
+    assert "lower env.n_train / env.n_test" in result.output and "unexpected error" not in result.output
+    assert not (tmp_path / "m").exists()  # a run that failed before its first step leaves no folder

@@ -197,3 +197,13 @@ def test_config_wiring() -> None:
     expert = expert_for(config.env)  # the scripted expert with the env's p_tool / p_verbose bound
     assert isinstance(expert, functools.partial) and expert.func is expert_demo
     assert expert.keywords == {"p_tool": config.env.p_tool, "p_verbose": config.env.p_verbose}
+
+
+def test_a_draw_the_writer_cannot_answer_is_skipped_not_a_crash() -> None:
+    """Seed 1 draws '4 bullets, at most 35 words, include two keywords' among its first 5,000 problems, which the
+    built-in writer cannot meet: that problem is skipped (the factory used to die with a WriterError traceback)."""
+    factory = InstructFactory(seed=1, n_train=5000, n_test=200)
+    tasks = (*factory.tasks("train"), *factory.tasks("test"))
+    assert len(tasks) == 5200
+    assert all(c.holds(t.answer) for t in tasks[::97] for c in parse_task(t.prompt)[1])
+    assert InstructFactory(seed=1, n_train=400, n_test=40).tasks("train") == factory.tasks("train")[:400]

@@ -104,6 +104,15 @@ def load_tasks_jsonl(path: str | Path, split: Split) -> list[Task]:
     return [t for t in read_tasks_jsonl(path) if t.split == split]
 
 
+class TooFewProblems(ValueError):
+    """An env asked for more distinct generated problems than its settings allow (e.g. a 3x3 maze)."""
+
+
+class InfeasibleDraw(ValueError):
+    """Raised by a draw's ``make`` when the generator cannot pose the problem it drew (e.g. no reference answer
+    meets the drawn constraints): the problem is skipped and the next one drawn."""
+
+
 Draw = Callable[[random.Random], tuple[str, Callable[[], tuple[str, str]]]]
 """One problem from the generator: ``(canonical key, make)``, where ``make()`` gives ``(prompt, answer)``.
 All randomness must be drawn before returning (``make`` only renders / computes): that is what keeps
@@ -128,9 +137,15 @@ def draw_splits(
         if key in seen or len(out[split]) >= want[split]:
             continue
         seen.add(key)
-        prompt, answer = make()
+        try:
+            prompt, answer = make()
+        except InfeasibleDraw:  # a draw that was always skipped: the tasks before and after it are unchanged
+            continue
         out[split].append(Task(f"{name}-{seed}-{split}-{len(out[split]):05d}", prompt, answer, split))
-    raise ValueError(f"{name}: could not draw {n_train} train + {n_test} test distinct problems; ask for fewer")
+    raise TooFewProblems(
+        f"{name}: could not draw {n_train} train + {n_test} test distinct problems with these settings; lower "
+        "env.n_train / env.n_test or make the problems harder"
+    )
 
 
 def tasks_from(

@@ -55,12 +55,12 @@ from pathlib import Path
 from typing import Literal
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
-from harmonyrl.envs.taskfile import TaskFileError, draw_splits
+from harmonyrl.envs.taskfile import InfeasibleDraw, TaskFileError, draw_splits
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.tasks.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate
 from harmonyrl.tasks.instruct_response import GENERIC_TOPIC, MIN_WORDS, is_response
-from harmonyrl.tasks.instruct_writer import END_PHRASES, write
+from harmonyrl.tasks.instruct_writer import END_PHRASES, WriterError, write
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 INSTRUCTIONS = "Follow every instruction in the user's message exactly. Answer on the final channel."
@@ -129,7 +129,10 @@ def _draw(r: random.Random) -> tuple[str, Callable[[], tuple[str, str]]]:
     key = task_key(request, constraints)
 
     def make() -> tuple[str, str]:
-        return render_prompt(request, constraints), write(constraints, topic_of(request), random.Random(key))
+        try:
+            return render_prompt(request, constraints), write(constraints, topic_of(request), random.Random(key))
+        except WriterError as e:  # e.g. 4 bullets in at most 35 words with two keywords: not posed
+            raise InfeasibleDraw(str(e)) from e
 
     return key, make
 
