@@ -65,17 +65,31 @@ def budget_of(cfg: RunConfig) -> str:
 
 
 def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRow:
-    """The row of ``env`` from its run folder ``out/env`` (``summary.json``), or ``status_if_missing``."""
+    """The row of ``env`` from its run folder ``out/env`` (``summary.json``); without one, ``status_if_missing``,
+    or where the run stopped if an earlier invocation started it (it was not run *this* time)."""
     budget = budget_of(load_config(preset, []))
     run = out / env
     summary = run / "summary.json"
     if not summary.is_file():
-        return EnvRow(env, budget, status_if_missing)
+        started = status_if_missing == "not run (budget)" and (run / "metrics.jsonl").is_file()
+        return EnvRow(env, budget, where_stopped(run) if started else status_if_missing)
     s = json.loads(summary.read_text())
     side = out / f"{env}.bench.json"
     load = json.loads(side.read_text()).get("load", "") if side.is_file() else ""
     return EnvRow(env, budget, "done", s["success_before"], s["success_after"], s["greedy_success_before"],
                   s["greedy_success_after"], s["minutes"], load)  # fmt: skip
+
+
+def where_stopped(run: Path) -> str:
+    """``stopped (budget) at <phase> step N of M``, from the last row of an unfinished run's metrics."""
+    lines = [line for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    if not lines:
+        return "stopped (budget) before its first step"
+    last = json.loads(lines[-1])
+    cfg = load_config(run / "config.yaml", [f"output_dir={run.parent}", f"run_name={run.name}"])
+    total = {"sft": cfg.sft.steps, "rl": cfg.rl.steps}.get(last["phase"])
+    step = last["step"] + 1 if last["phase"] == "sft" else last["step"]  # SFT rows count from 0, RL from 1
+    return f"stopped (budget) at {last['phase'].upper()} step {step}" + (f" of {total}" if total else "")
 
 
 def _load() -> str:
@@ -117,7 +131,7 @@ def fmt(x: float | None) -> str:
 def table(rows: list[EnvRow]) -> list[str]:
     """The markdown table: one row per env; an env without figures says why in the result column."""
     lines = ["| env | held-out pass@1 before → after | gain (pp) | greedy before → after | learned | minutes | "
-             "load (1-min, start → end) | budget |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "load avg 1/5/15 min, start → end | budget |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if r.before is None or r.after is None:
             lines.append(f"| {r.env} | {r.status} | — | — | no | — | — | {r.budget} |")

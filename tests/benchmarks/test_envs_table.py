@@ -63,7 +63,9 @@ def test_table_has_one_row_per_env_with_figures_or_the_reason(tmp_path: Path) ->
     assert len(lines) == 2 + 2
     calc = lines[2].split(" | ")
     assert calc[:7] == ["| calculator", "25.0% → 50.0%", "+25.0", "50.0% → 75.0%", "**yes**", "3.0", "2.0 → 3.0"]
-    assert lines[3].startswith("| maze | not run (budget) | — | — | no | — | — | micro; SFT 250×16")
+    maze_budget = bench.budget_of(load_config(bench.PRESETS / "maze.yaml", []))
+    assert maze_budget.startswith("micro; SFT ") and "; RL " in maze_budget
+    assert lines[3] == f"| maze | not run (budget) | — | — | no | — | — | {maze_budget} |"
 
 
 def test_plot_is_written_with_a_missing_env(tmp_path: Path) -> None:
@@ -114,3 +116,17 @@ def test_a_stopped_run_is_resumed_with_its_own_config(tmp_path: Path, monkeypatc
 def test_a_deadline_past_midnight_is_tonights() -> None:
     left = bench.seconds_left("00:00")
     assert left is not None and -12 * 3600 <= left <= 12 * 3600
+
+
+def test_a_run_an_earlier_invocation_left_unfinished_says_where_it_stopped(tmp_path: Path) -> None:
+    run = tmp_path / "maze"
+    run.mkdir()
+    (run / "config.yaml").write_text("sft:\n  steps: 150\nrl:\n  steps: 12\n")
+    rows = [{"step": 5, "phase": "sft", "sft/loss": 6.2}, {"step": 6, "phase": "sft", "sft/loss": 6.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    row = bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "not run (budget)")
+    assert row.status == "stopped (budget) at SFT step 7 of 150"  # SFT rows count from 0: 7 steps done
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "phase": "rl", "rollout/reward": 0.1}) + "\n")
+    assert bench.where_stopped(run) == "stopped (budget) at RL step 3 of 12"
+    failed = bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "failed (exit 1, see maze.log)")
+    assert failed.status == "failed (exit 1, see maze.log)"
