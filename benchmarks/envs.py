@@ -161,7 +161,7 @@ def plot(rows: list[EnvRow], path: Path) -> None:
     ax.bar([x + 0.2 for x in xs], [r.after or 0.0 for r in rows], 0.4, label="after RL", color="#1f77b4")
     for x, r in zip(xs, rows, strict=True):
         if r.before is None:
-            ax.text(x, 0.01, "not run", ha="center", fontsize=8, rotation=90)
+            ax.text(x, 0.01, "no figure", ha="center", fontsize=8, rotation=90)
     ax.set_xticks(list(xs), [r.env for r in rows])
     ax.set_ylabel("held-out pass@1")
     ax.set_ylim(0, 1)
