@@ -1,0 +1,132 @@
+"""`benchmarks/envs.py` on fake run folders: which env learned, the table, the RESULT line, resuming, and the
+presets it runs (one per built-in env, each a valid run config for that env)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from harmonyrl.config import load_config
+from harmonyrl.tasks.config import EnvConfig
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "envs.py"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("envs_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _bench()
+
+
+def fake_run(out: Path, env: str, before: float, after: float, minutes: float = 2.5) -> None:
+    (out / env).mkdir(parents=True)
+    summary = {"success_before": before, "success_after": after, "greedy_success_before": 0.5,
+               "greedy_success_after": 0.75, "minutes": minutes}  # fmt: skip
+    (out / env / "summary.json").write_text(json.dumps(summary))
+
+
+def test_every_built_in_env_has_a_preset_for_itself() -> None:
+    names = {member.model_fields["name"].default for member in EnvConfig.__args__[0].__args__}  # type: ignore[attr-defined]
+    assert set(bench.ENVS) == names - {"custom"}
+    for env in bench.ENVS:
+        assert load_config(bench.PRESETS / f"{env}.yaml", []).env.name == env
+
+
+def test_learned_means_ten_points_or_more_and_a_missing_run_is_not_run(tmp_path: Path) -> None:
+    fake_run(tmp_path, "calculator", 0.20, 0.30)  # +10.0 pp exactly (0.3 - 0.2 is 0.0999… in floats): learned
+    fake_run(tmp_path, "sql", 0.20, 0.29)  # +9 pp: not
+    rows = [bench.read_row(e, bench.PRESETS / f"{e}.yaml", tmp_path, "not run (budget)")
+            for e in ("calculator", "sql", "maze")]  # fmt: skip
+    assert [r.learned for r in rows] == [True, False, False]
+    assert rows[2].status == "not run (budget)" and rows[2].before is None
+    assert bench.result_line(rows) == "RESULT envs=calculator,sql,maze learned=1 of 3"
+
+
+def test_table_has_one_row_per_env_with_figures_or_the_reason(tmp_path: Path) -> None:
+    fake_run(tmp_path, "calculator", 0.25, 0.5, minutes=3.04)
+    (tmp_path / "calculator.bench.json").write_text(json.dumps({"load": "2.0 → 3.0"}))
+    rows = [bench.read_row("calculator", bench.PRESETS / "calculator.yaml", tmp_path, "x"),
+            bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "not run (budget)")]  # fmt: skip
+    lines = bench.table(rows)
+    assert len(lines) == 2 + 2
+    calc = lines[2].split(" | ")
+    assert calc[:7] == ["| calculator", "25.0% → 50.0%", "+25.0", "50.0% → 75.0%", "**yes**", "3.0", "2.0 → 3.0"]
+    maze_budget = bench.budget_of(load_config(bench.PRESETS / "maze.yaml", []))
+    assert maze_budget.startswith("micro; SFT ") and "; RL " in maze_budget
+    assert lines[3] == f"| maze | not run (budget) | — | — | no | — | — | {maze_budget} |"
+
+
+def test_plot_is_written_with_a_missing_env(tmp_path: Path) -> None:
+    fake_run(tmp_path, "sql", 0.1, 0.4)
+    rows = [bench.read_row(e, bench.PRESETS / f"{e}.yaml", tmp_path, "not run (budget)") for e in ("sql", "browse")]
+    bench.plot(rows, tmp_path / "envs.png")
+    assert (tmp_path / "envs.png").stat().st_size > 1000
+
+
+def test_envs_are_run_in_the_benchmark_order_and_unknown_names_are_one_line_errors() -> None:
+    assert bench.parse_envs("maze, sql") == ["sql", "maze"]
+    with pytest.raises(SystemExit, match="unknown env mase; choose from calculator,"):
+        bench.parse_envs("sql,mase")
+
+
+def _no_subprocess(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a finished run must be reused, not run again")
+
+
+def test_a_finished_run_is_reused_and_a_changed_preset_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    preset = tmp_path / "sql.yaml"
+    preset.write_text((bench.PRESETS / "sql.yaml").read_text())
+    out = tmp_path / "out"
+    fake_run(out, "sql", 0.1, 0.4)
+    (out / "sql.preset.yaml").write_text(preset.read_text())
+    monkeypatch.setattr(subprocess, "run", _no_subprocess)
+    assert bench.run_env("sql", preset, out, None) == "done"
+    preset.write_text(preset.read_text() + "\n# changed\n")
+    with pytest.raises(SystemExit, match="changed since the run"):
+        bench.run_env("sql", preset, out, None)
+
+
+def test_a_stopped_run_is_resumed_with_its_own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    (out / "maze").mkdir(parents=True)
+    (out / "maze" / "config.yaml").write_text("seed: 0\n")
+    calls: list[list[str]] = []
+
+    def fake(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(subprocess, "run", fake)
+    assert bench.run_env("maze", bench.PRESETS / "maze.yaml", out, None) == "failed (exit 1, see maze.log)"
+    assert calls == [["harmonyrl", "train", "--resume", str(out / "maze")]]
+
+
+def test_a_deadline_past_midnight_is_tonights() -> None:
+    left = bench.seconds_left("00:00")
+    assert left is not None and -12 * 3600 <= left <= 12 * 3600
+
+
+def test_a_run_an_earlier_invocation_left_unfinished_says_where_it_stopped(tmp_path: Path) -> None:
+    run = tmp_path / "maze"
+    run.mkdir()
+    (run / "config.yaml").write_text("sft:\n  steps: 150\nrl:\n  steps: 12\n")
+    rows = [{"step": 5, "phase": "sft", "sft/loss": 6.2}, {"step": 6, "phase": "sft", "sft/loss": 6.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    row = bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "not run (budget)")
+    assert row.status == "stopped (budget) at SFT step 7 of 150"  # SFT rows count from 0: 7 steps done
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "phase": "rl", "rollout/reward": 0.1}) + "\n")
+    assert bench.where_stopped(run) == "stopped (budget) at RL step 3 of 12"
+    failed = bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "failed (exit 1, see maze.log)")
+    assert failed.status == "failed (exit 1, see maze.log)"
