@@ -24,8 +24,9 @@ SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_local_exper
 SYNC_ROUTES = ("/pause", "/resume", "/collective_rpc", "/update_weight_version")
 
 
-def check_server(config: VllmEngineConfig, model_config: Any, max_seq_len: int) -> str:
-    """Raise :class:`EngineUnavailable` (one line) unless the server can serve this run; else a header label."""
+def check_server(config: VllmEngineConfig, model_config: Any | None, max_seq_len: int) -> str:
+    """Raise :class:`EngineUnavailable` (one line) unless the server can serve this run; else a header label.
+    ``model_config`` None: any model shape (a judge's server, whose model is not the policy's)."""
     httpx = load_httpx()
     url = config.url
     try:
@@ -84,10 +85,10 @@ def _check_extension(config: VllmEngineConfig) -> None:
         )
 
 
-def _check_shape(root: Any, model_config: Any, url: str) -> None:
+def _check_shape(root: Any, model_config: Any | None, url: str) -> None:
     """When the served model's folder is readable here, its config must have this model's shape."""
     path = Path(str(root)) / "config.json" if root else None
-    if path is None or not path.is_file():
+    if model_config is None or path is None or not path.is_file():
         return  # a remote server: a weight sync of the wrong shape fails loudly on the server instead
     served = json.loads(path.read_text(encoding="utf-8"))
     wrong = [

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from harmonyrl.engine.config import VllmEngineConfig
 from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.rewards.files import FORMAT, HEAD_FILE, META_FILE
@@ -26,6 +27,10 @@ class JudgeConfig(Frozen):
 
     checkpoint: Path | None = None
     """The judge's gpt-oss checkpoint, served by its own embedded engine; null: the policy's engine judges."""
+    server: VllmEngineConfig | None = None
+    """A vLLM server of its own serving the judge (a model of the run's vocabulary), e.g.
+    ``reward.judge.server.url=http://127.0.0.1:8001 reward.judge.server.model=judge
+    reward.judge.server.weight_sync=none``; never sent the policy's weights. null: see ``checkpoint``."""
     weight: float = Field(1.0, ge=0)
     """Weight of the judge's score (in [0, 1]: the parsed score / max_score) in the episode reward."""
     rubric: str = Field(DEFAULT_RUBRIC, min_length=1)
@@ -43,6 +48,17 @@ class JudgeConfig(Frozen):
         if path is not None and not (path / "config.json").is_file():
             raise ValueError(f"'{path}' is not a checkpoint folder (no config.json inside)")
         return path
+
+    @model_validator(mode="after")
+    def _one_judge_model(self) -> JudgeConfig:
+        if self.checkpoint is not None and self.server is not None:
+            raise ValueError("reward.judge: give checkpoint (an embedded judge) or server (a vLLM judge), not both")
+        if self.server is not None and self.server.weight_sync != "none":
+            raise ValueError(
+                "reward.judge.server.weight_sync must be none: the judge keeps its own weights, the policy's are "
+                "never sent to it"
+            )
+        return self
 
 
 class RewardConfig(Frozen):

@@ -1,13 +1,19 @@
 """Building the ``reward`` section's scorers for a run (:mod:`harmonyrl.rewards.scoring`), and applying them to a
-step's rollout. The reward model is loaded in the trainer's process; the judge talks to the policy's own engine or,
-with ``reward.judge.checkpoint``, to an embedded engine of its own that this module builds and closes."""
+step's rollout. The reward model is loaded in the trainer's process; the judge talks to the policy's own engine,
+to an embedded engine of its own (``reward.judge.checkpoint``) or to a vLLM server of its own
+(``reward.judge.server``), which this module builds (checks) and closes."""
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 from harmonyrl.config import RunConfig
 from harmonyrl.engine.base import Engine
+from harmonyrl.engine.vllm import VllmEngine
+from harmonyrl.engine.vllm_check import check_server
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.harmony.codecs import RunCodec
 from harmonyrl.rewards.judge import Judge
@@ -64,6 +70,9 @@ async def make_rewarder(
         if cfg.judge.checkpoint is not None:
             own, _ = await make_engine(config, load_for(cfg.judge.checkpoint, tok, config.rollout.max_seq_len), None)
             engine = own
+        elif (server := cfg.judge.server) is not None:  # preflight here, before any episode needs a verdict
+            await asyncio.to_thread(check_server, server, None, config.rollout.max_seq_len)
+            own = engine = VllmEngine(server, tok.vocab_size, config.rollout.max_seq_len, Path(tempfile.mkdtemp()))
         judge = Judge(engine, tok, cfg.judge)
     prompts = {t.id: t.prompt for split in ("train", "test") for t in factory.tasks(split)}
     return RunRewarder(Rewarder(cfg, tok, prompts, model, judge), own)
