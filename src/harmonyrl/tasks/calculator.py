@@ -258,7 +258,12 @@ def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: 
     """
     if rng.random() >= p_tool:
         return [Message(role="assistant", channel="final", content=guess_answer(int(task.answer), rng))]
-    expr = expression_of(task)
+    return tool_then_answer(expression_of(task), rng, p_verbose)
+
+
+def tool_then_answer(expr: str, rng: random.Random, p_verbose: float) -> list[Message]:
+    """The calculator called on ``expr``, its result, then the number as the final answer — wrapped in a sentence
+    (:data:`VERBOSE_TEMPLATES`) with probability ``p_verbose``: the tool-using part of a demonstration."""
     call = Message(
         role="assistant",
         channel="commentary",

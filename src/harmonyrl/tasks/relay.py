@@ -17,7 +17,6 @@ leaves RL something to learn: the planner sometimes guesses the answer instead o
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Sequence
@@ -25,10 +24,8 @@ from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.team import RoleExpert
-from harmonyrl.envs.tools import observation
 from harmonyrl.envs.turns import final_answer
-from harmonyrl.tasks.arith import calculator
-from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory, expression_of
+from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory, expression_of, tool_then_answer
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
@@ -183,14 +180,4 @@ def executor_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose
         return [Message(role="assistant", channel="final", content=answer)]
     if rng.random() >= p_tool:
         return [Message(role="assistant", channel="final", content=guess_answer(int(task.answer), rng))]
-    call = Message(
-        role="assistant",
-        channel="commentary",
-        recipient="functions.calculator",
-        content_type="json",
-        content=json.dumps({"expression": expr}),
-    )
-    result = calculator(expr)
-    value = str(json.loads(result)["result"])
-    answer = rng.choice(VERBOSE_TEMPLATES).format(value) if rng.random() < p_verbose else value
-    return [call, observation("calculator", result), Message(role="assistant", channel="final", content=answer)]
+    return tool_then_answer(expr, rng, p_verbose)
