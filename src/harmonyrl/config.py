@@ -24,7 +24,7 @@ from harmonyrl.config_tree import merge_trees as merge_trees
 from harmonyrl.config_tree import parse_override as parse_override
 from harmonyrl.engine.config import EngineConfig, LocalEngineConfig, VllmEngineConfig
 from harmonyrl.envs.loader import TargetError, resolve_target
-from harmonyrl.frozen import Frozen
+from harmonyrl.frozen import Frozen, checkpoint_folder
 from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.rewards.config import RewardConfig, reward_model_tokenizer
 from harmonyrl.rollout.curriculum import CurriculumConfig
@@ -90,9 +90,7 @@ class ModelConfig(Frozen):
     @field_validator("init_from")
     @classmethod
     def _is_checkpoint(cls, path: Path | None) -> Path | None:
-        if path is not None and not (path / "config.json").is_file():
-            raise ValueError(f"'{path}' is not a checkpoint folder (no config.json inside)")
-        return path
+        return checkpoint_folder(path)
 
     @model_validator(mode="after")
     def _fresh_model_knobs(self) -> ModelConfig:

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from harmonyrl.engine.config import VllmEngineConfig
-from harmonyrl.frozen import Frozen
+from harmonyrl.frozen import Frozen, checkpoint_folder
 from harmonyrl.harmony.codecs import TokenizerName
 from harmonyrl.rewards.files import FORMAT, HEAD_FILE, META_FILE
 
@@ -45,9 +45,7 @@ class JudgeConfig(Frozen):
     @field_validator("checkpoint")
     @classmethod
     def _is_checkpoint(cls, path: Path | None) -> Path | None:
-        if path is not None and not (path / "config.json").is_file():
-            raise ValueError(f"'{path}' is not a checkpoint folder (no config.json inside)")
-        return path
+        return checkpoint_folder(path)
 
     @model_validator(mode="after")
     def _one_judge_model(self) -> JudgeConfig:
