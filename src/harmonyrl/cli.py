@@ -10,49 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
+from harmonyrl.cli_common import USER_ERRORS, console, fail
+from harmonyrl.cli_inspect import register as register_inspect
 from harmonyrl.cli_rm import rm_app
 from harmonyrl.config import ConfigError, RunConfig, load_config
-from harmonyrl.envs.loader import TargetError, UserCodeError
-from harmonyrl.envs.taskfile import TaskFileError, TooFewProblems
-from harmonyrl.errors import (
-    CheckpointError,
-    ClusterError,
-    DemoFileError,
-    EngineUnavailable,
-    KernelUnavailable,
-    NoHeldOutTasks,
-    NotDemonstrable,
-)
-from harmonyrl.sandbox.limits import SandboxUnavailable
-from harmonyrl.telemetry.sinks import SinkUnavailableError
 
 if TYPE_CHECKING:  # torch behind it: imported inside the command
     from harmonyrl.distributed.world import World
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    FileExistsError,
-    FileNotFoundError,
-    CheckpointError,
-    KernelUnavailable,
-    EngineUnavailable,
-    NotDemonstrable,
-    NoHeldOutTasks,
-    DemoFileError,
-    SinkUnavailableError,
-    TaskFileError,
-    TooFewProblems,
-    SandboxUnavailable,
-    ClusterError,
-    UserCodeError,
-)
-"""Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
-package, a malformed task file, more generated problems than an env's settings allow, no working bubblewrap for a
-sandboxed env, the user's own env or expert code failing): one line, no traceback."""
-
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
-console = Console()
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")]
 PresetOpt = Annotated[
@@ -64,18 +31,13 @@ OverridesArg = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, emoji=False)
-    return typer.Exit(code=code)
-
-
 def _run_failed(e: Exception) -> typer.Exit:
     """A run that stopped on an exception that is not the user's: one line, the traceback in the run folder's
     ``error.log`` (named by a note on the exception) or, when there is none, on stderr."""
     from harmonyrl.trainer.run_errors import TRACEBACK_NOTE, is_storage_error, storage_message
 
     if isinstance(e, OSError) and is_storage_error(e):  # before the run folder existed: nothing was kept
-        return _fail(storage_message(e, None))
+        return fail(storage_message(e, None))
     notes = [n for n in getattr(e, "__notes__", []) if n.startswith(TRACEBACK_NOTE)]
     if notes:
         where = notes[0]
@@ -84,14 +46,14 @@ def _run_failed(e: Exception) -> typer.Exit:
         where = "traceback on stderr"
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     cause = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return _fail(f"the run stopped on an unexpected error: {cause} ({where})", code=1)
+    return fail(f"the run stopped on an unexpected error: {cause} ({where})", code=1)
 
 
 def _config(config: Path | None, overrides: list[str] | None, preset: Path | None = None) -> RunConfig:
     try:
         return load_config(config, overrides or [], [] if preset is None else [preset])
     except ConfigError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 def _print_presets() -> None:
@@ -115,7 +77,7 @@ def _preset(name: str | None) -> Path | None:
     try:
         return find(name)
     except PresetError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 @app.command()
@@ -131,9 +93,9 @@ def _one_process(command: str) -> None:
     try:
         size = launched_size()
     except LaunchError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if size > 1:
-        raise _fail(f"harmonyrl {command} runs in one process; under torchrun only `harmonyrl train` is sharded")
+        raise fail(f"harmonyrl {command} runs in one process; under torchrun only `harmonyrl train` is sharded")
 
 
 ResumeOpt = Annotated[Path | None, typer.Option("--resume", help="Continue this run folder from its last checkpoint.")]
@@ -154,9 +116,9 @@ def _run_config(
         cfg = _config(config, overrides, file)
         return cfg if cfg.run_name else _config(config, [*(overrides or []), f"run_name={default_run_name()}"], file)
     if config is not None or overrides or overwrite or preset is not None:
-        raise _fail("--resume takes the run's own config.yaml; do not pass --config, overrides or --overwrite (or -p)")
+        raise fail("--resume takes the run's own config.yaml; do not pass --config, overrides or --overwrite (or -p)")
     if not (resume / "config.yaml").is_file():
-        raise _fail(f"cannot resume '{resume}': it is not a run folder (no config.yaml)")
+        raise fail(f"cannot resume '{resume}': it is not a run folder (no config.yaml)")
     return _config(resume / "config.yaml", [f"output_dir={resume.parent}", f"run_name={resume.name}"])
 
 
@@ -177,7 +139,7 @@ def train(
     try:
         world = join()  # a torchrun launch starts its process group here; else the single process
     except LaunchError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.quiet = not world.is_main  # rank 0 alone talks; the others fail as it does, silently
     try:
         cfg = broadcast(_run_config(config, overrides, resume, overwrite, preset), world)  # rank 0's default run name
@@ -186,7 +148,7 @@ def train(
         try:
             check_distributable(cfg.rl, world)
         except ValueError as e:
-            raise _fail(str(e)) from None
+            raise fail(str(e)) from None
         _train(cfg, resume is not None, overwrite, world)
     finally:
         leave(world)
@@ -209,9 +171,9 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     except RankZeroStopped:
         raise typer.Exit(code=2) from None
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except (RunFolderError, FaultBreakerTripped) as e:
-        raise _fail(str(e), code=1) from None
+        raise fail(str(e), code=1) from None
     except Exception as e:
         raise _run_failed(e) from None
 
@@ -247,9 +209,9 @@ def sft(
         with discard_if_unstarted(cfg.output_dir / str(cfg.run_name)):
             path = asyncio.run(sft_only(cfg, console, resume=resume is not None, overwrite=overwrite))
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except RunFolderError as e:
-        raise _fail(str(e), code=1) from None
+        raise fail(str(e), code=1) from None
     except Exception as e:
         raise _run_failed(e) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")
@@ -261,7 +223,7 @@ def _export_demos(cfg: RunConfig, path: Path) -> None:
     try:
         n = asyncio.run(export_expert_demos(cfg, path))
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.print(f"wrote {n} demonstrations of env {cfg.env.name} to {path}: train on them with sft.demos={path}")
 
 
@@ -275,7 +237,7 @@ def _eval_config(config: Path | None, overrides: list[str], checkpoint: Path, pr
 
         others = [o for o in overrides if not o.strip().startswith("env.")]
         if len(others) == len(overrides) or record_path(checkpoint) is None:
-            raise _fail(str(e)) from None
+            raise fail(str(e)) from None
         return _config(config, others, preset)
 
 
@@ -303,16 +265,16 @@ def evaluate(
             allow_env_mismatch,
         )
     except ConfigError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     cfg = chosen.config
     from harmonyrl.trainer.loop import eval_only
 
     try:
         metrics = asyncio.run(eval_only(cfg, checkpoint, console, announce=chosen.message))
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     import json
 
     from rich.table import Table
@@ -352,9 +314,9 @@ def compare_cmd(
         names = parse_algos(algos)
         asyncio.run(compare(cfg, names, seeds, target, out, console))
     except ConfigError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.print(f"comparison: [bold]{out / 'compare.md'}[/]  plot: [bold]{out / 'compare.png'}[/]")
 
 
@@ -395,158 +357,10 @@ def sweep_cmd(
         else:
             command.resume(console, resume, trials, jobs)
     except (ConfigError, SpaceError, SweepError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
-@app.command(name="check-env")
-def check_env_cmd(
-    target: Annotated[
-        str, typer.Argument(help="MODULE:FACTORY or path/to/file.py:FACTORY (a zero-argument callable).")
-    ],
-    tasks: Annotated[int, typer.Option(min=1, help="Tasks to drive scripted episodes through.")] = 5,
-) -> None:
-    """Check a user environment against the contract the rollout layer relies on; exit 1 on any error
-    (warnings, e.g. a tool without a description, are shown but do not fail it)."""
-    from rich.markup import escape
-
-    from harmonyrl.envs.checker import check_target, errors
-
-    try:
-        issues = check_target(target, n_tasks=tasks)
-    except TargetError as e:
-        raise _fail(f"{target}: {e}") from None
-    for issue in issues:
-        mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
-        console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)
-    if errors(issues):
-        raise typer.Exit(code=1)
-    warned = len(issues)
-    note = f", {warned} warning{'s' * (warned > 1)}" if warned else ""
-    console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({tasks} tasks{note})", soft_wrap=True)
-
-
-@app.command(name="check-checkpoint")
-def check_checkpoint_cmd(
-    folder: Annotated[Path, typer.Argument(help="A gpt-oss checkpoint folder (config.json, index and/or shards).")],
-    show: Annotated[int, typer.Option(min=1, help="Names to list per kind of problem.")] = 20,
-) -> None:
-    """Build the model skeleton from FOLDER/config.json without allocating weights and check its parameter names
-    and shapes against the safetensors index and shard headers (MXFP4 experts understood); exit 1 on mismatch."""
-    from harmonyrl.models.real import check_checkpoint
-
-    try:
-        rep = check_checkpoint(folder)
-    except CheckpointError as e:
-        raise _fail(str(e)) from None
-    c = rep.config
-    console.print(
-        f"{folder}: gpt-oss, {c.num_hidden_layers} layers, {c.num_local_experts} experts top-{c.num_experts_per_tok}, "
-        f"{c.num_attention_heads} heads / {c.num_key_value_heads} KV heads × {c.head_dim}, hidden {c.hidden_size}, "
-        f"vocab {c.vocab_size} — {rep.num_parameters:,} parameters ({rep.num_parameters / 1e9:.2f} B)",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if not rep.tensors_named:
-        console.print("[yellow]no model.safetensors.index.json or model.safetensors: nothing to compare[/]")
-        return
-    console.print(
-        f"checkpoint: {rep.tensors_named} tensors named, {rep.shapes_checked} shapes checked, "
-        f"{len(rep.quantised)} expert matrices stored as MXFP4",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if rep.absent_shards:
-        absent = ", ".join(rep.absent_shards)
-        console.print(f"[yellow]shard files not present (shapes unchecked):[/] {absent}", soft_wrap=True)
-    problems = [
-        ("missing", list(rep.missing)),
-        ("unexpected", list(rep.unexpected)),
-        ("wrong shape", [f"{m.name}: expected {list(m.expected)}, got {list(m.found)}" for m in rep.shape_mismatches]),
-    ]
-    for kind, lines in problems:
-        for line in lines[:show]:
-            console.print(f"[red]✗ {kind}[/] {line}", highlight=False, soft_wrap=True)
-        if len(lines) > show:
-            console.print(f"[red]✗ {kind}[/] … and {len(lines) - show} more", highlight=False)
-    if not rep.ok:
-        raise typer.Exit(code=1)
-    console.print("[green]✓[/] every parameter is in the checkpoint with the right shape, and nothing else is")
-
-
-@app.command()
-def replay(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts (rollouts/step_*.parquet).")],
-    step: Annotated[int, typer.Option(min=1, help="The RL step to re-run from its stored episodes.")],
-    checkpoint: Annotated[Path | None, typer.Option(help="State saved at RL step N-1 (not needed for step 1).")] = None,
-    save: Annotated[Path | None, typer.Option(help="Write the replayed state here (to chain replays).")] = None,
-    rescore: Annotated[bool, typer.Option(help="Also re-score the stored episodes through the environment.")] = False,
-) -> None:
-    """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
-    from harmonyrl.trainer import replay_step as rp
-    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
-
-    try:
-        result = rp.replay_step(run_dir, step, checkpoint, save)
-        rows = rp.rescore(run_dir, step) if rescore else []
-    except (ConfigError, ValueError) as e:
-        raise _fail(str(e)) from None
-    except USER_ERRORS as e:
-        raise _fail(str(e)) from None
-    except OSError as e:
-        if not is_storage_error(e):
-            raise
-        raise _fail(storage_message(e, None)) from None
-    console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
-    if result.identical is None:
-        console.print("no checkpoint of this run is at this step: nothing to compare (use --save to chain)")
-    else:
-        verdict = "[green]bit-identical[/]" if result.identical else f"[red]differs[/] in {', '.join(result.differing)}"
-        console.print(f"replayed step {step} vs {result.compared_with}: {verdict}")
-    if rescore:
-        changed = [r for r in rows if r.stored_reward != r.new_reward]
-        console.print(f"re-scored {len(rows)} episodes: {len(changed)} rewards differ from the stored ones")
-        for r in changed[:10]:
-            console.print(f"  {r.task_id}: stored {r.stored_reward:g} → now {r.new_reward:g}")
-    if result.identical is False:
-        raise typer.Exit(code=1)
-
-
-@app.command()
-def show(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts.")],
-    step: Annotated[int, typer.Option(min=1, help="RL step whose episodes to print.")],
-    limit: Annotated[int, typer.Option(min=1, help="Episodes to print.")] = 8,
-) -> None:
-    """Print one step's episodes in readable harmony form: turns, channels, tool calls and results, reward."""
-    from harmonyrl.rollout.show import format_episodes
-    from harmonyrl.rollout.store import RolloutFileError, read_step, step_path
-
-    try:
-        trajectories = read_step(step_path(run_dir, step))
-    except RolloutFileError as e:
-        raise _fail(str(e)) from None
-    console.print(format_episodes(trajectories, limit, step))
-
-
-@app.command()
-def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder (holds metrics.jsonl).")],
-    episodes: Annotated[int, typer.Option(help="Sample episodes to render.")] = 8,
-) -> None:
-    """Write RUN_DIR/report/index.html: curves, time split and readable sample episodes, in one file."""
-    from harmonyrl.telemetry.mismatch_note import mismatch_note
-    from harmonyrl.telemetry.report import ReportError, load_metrics, write_report
-    from harmonyrl.telemetry.series import collect_series
-
-    try:
-        path = write_report(run_dir, max_episodes=episodes)
-    except ReportError as e:
-        raise _fail(str(e)) from None
-    if (note := mismatch_note(collect_series(load_metrics(run_dir / "metrics.jsonl")[0]))) is not None:
-        console.print(f"[yellow]{note}[/]", highlight=False)
-    console.print(f"report: [bold]{path}[/]")
-
-
+register_inspect(app)  # check-env, check-checkpoint, replay, show, report (cli_inspect.py)
 app.add_typer(rm_app, name="rm")  # reward models: ``harmonyrl rm pairs`` / ``rm train`` (cli_rm.py)
 
 

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 
+from harmonyrl.cli_common import console, fail
 from harmonyrl.config import ConfigError, load_config, parse_override
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.errors import CheckpointError
@@ -19,13 +19,7 @@ from harmonyrl.rewards.config import RMTrainConfig
 from harmonyrl.rewards.pair_files import PairFileError
 
 rm_app = typer.Typer(no_args_is_help=True, help="Reward models: preference pairs, Bradley–Terry training.")
-console = Console()
 USER_ERRORS = (ConfigError, PairFileError, CheckpointError, UserCodeError, FileExistsError, FileNotFoundError)
-
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def rm_train_config(overrides: list[str]) -> RMTrainConfig:
@@ -60,7 +54,7 @@ def train_cmd(
 
         result = train_reward_model(cfg, loaded)
     except (*USER_ERRORS, ValueError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.print(
         f"reward model: held-out accuracy [bold]{result.accuracy:.1%}[/] on {result.held_out_pairs} pairs "
         f"(ECE {result.ece:.3f}; trained on {result.train_pairs})  → {result.checkpoint}"
@@ -86,5 +80,5 @@ def pairs_cmd(
 
         stats = asyncio.run(generate_pairs(cfg, checkpoint, prompts, out))
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.print(stats.line(out), highlight=False)

@@ -19,6 +19,7 @@ import torch
 from typer.testing import CliRunner, Result
 
 import harmonyrl.trainer.checkpoint as checkpoint_module
+import harmonyrl.trainer.collect as collect_module
 import harmonyrl.trainer.loop as loop_module
 from harmonyrl.cli import app
 
@@ -271,7 +272,7 @@ def test_an_engine_exception_in_an_rl_step_stops_the_run_with_one_line_and_a_log
     from harmonyrl.engine.local.engine import LocalEngine
 
     in_rl: list[bool] = []
-    real_sample, real_generate = loop_module.sample_step, LocalEngine.generate
+    real_sample, real_generate = collect_module.sample_step, LocalEngine.generate
 
     def sample_step(*args: object, **kwargs: object) -> object:
         in_rl.append(True)  # the RL loop samples its step here; the held-out eval does not
@@ -282,7 +283,7 @@ def test_an_engine_exception_in_an_rl_step_stops_the_run_with_one_line_and_a_log
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return await real_generate(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(loop_module, "sample_step", sample_step)
+    monkeypatch.setattr(collect_module, "sample_step", sample_step)
     monkeypatch.setattr(LocalEngine, "generate", generate)
     run = tmp_path / "r"
     text = one_line_error(runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=r"]), code=1)
@@ -311,7 +312,7 @@ class BrokenFactory:
 def test_the_breaker_stops_a_run_whose_env_faults_every_episode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop_module, "with_faults", lambda factory, faults, step: BrokenFactory(factory))
+    monkeypatch.setattr(collect_module, "with_faults", lambda factory, faults, step: BrokenFactory(factory))
     args = [*TINY, "rl.steps=5", "rollout.fault_breaker.consecutive_steps=2", f"output_dir={tmp_path}", "run_name=r"]
     text = one_line_error(runner.invoke(app, ["train", *args]), code=1)
     assert "more than 50% of the episodes faulted in each of the last 2 RL steps (100%, 100%)" in text

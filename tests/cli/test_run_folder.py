@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import harmonyrl.trainer.loop as loop
+import harmonyrl.trainer.warm_start as warm_start
 from harmonyrl.cli import app
 
 runner = CliRunner()
@@ -34,7 +34,7 @@ def test_a_run_that_fails_before_its_first_step_leaves_nothing(
     async def fail(*args: object) -> object:
         raise error
 
-    monkeypatch.setattr(loop, "build_demos", fail)
+    monkeypatch.setattr(warm_start, "build_demos", fail)
     result = runner.invoke(app, [command, *SFT, f"output_dir={tmp_path}"])  # default name: a timestamp
     assert result.exit_code != 0  # 1 for the exception, 130 for Ctrl-C
     assert list(tmp_path.iterdir()) == []
@@ -48,7 +48,7 @@ def test_a_run_that_fails_before_its_first_step_leaves_nothing(
 def test_a_run_with_steps_is_kept_and_only_overwrite_replaces_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real, calls = loop.sft_step, [0]
+    real, calls = warm_start.sft_step, [0]
 
     def dies_at_step_3(*args: object) -> float:
         calls[0] += 1
@@ -56,7 +56,7 @@ def test_a_run_with_steps_is_kept_and_only_overwrite_replaces_it(
             raise RuntimeError("killed")
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(loop, "sft_step", dies_at_step_3)
+    monkeypatch.setattr(warm_start, "sft_step", dies_at_step_3)
     first = runner.invoke(app, ["sft", *SFT, f"output_dir={tmp_path}", "run_name=r"])
     assert first.exit_code == 1 and "RuntimeError: killed" in first.output  # the harness error, in one line
     run = tmp_path / "r"
@@ -76,7 +76,7 @@ def test_a_run_with_steps_is_kept_and_only_overwrite_replaces_it(
 
 
 def test_a_run_with_metrics_but_no_checkpoint_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real, calls = loop.sft_step, [0]
+    real, calls = warm_start.sft_step, [0]
 
     def dies_at_step_2(*args: object) -> float:
         calls[0] += 1
@@ -84,7 +84,7 @@ def test_a_run_with_metrics_but_no_checkpoint_is_kept(tmp_path: Path, monkeypatc
             raise RuntimeError("killed")
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(loop, "sft_step", dies_at_step_2)
+    monkeypatch.setattr(warm_start, "sft_step", dies_at_step_2)
     result = runner.invoke(app, ["sft", *SFT, f"output_dir={tmp_path}", "run_name=r"])
     assert result.exit_code == 1 and "RuntimeError: killed" in result.output  # the harness error, in one line
     assert len((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()) == 1

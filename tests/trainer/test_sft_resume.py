@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-import harmonyrl.trainer.loop as loop
+import harmonyrl.trainer.warm_start as warm_start
 from harmonyrl.cli import app
 
 runner = CliRunner()
@@ -32,7 +32,7 @@ class Killed(BaseException):
 
 def _stop_at_call(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """Make the n-th SFT step (1-based) die before it changes anything."""
-    real, calls = loop.sft_step, [0]
+    real, calls = warm_start.sft_step, [0]
 
     def step(*args: object) -> float:
         calls[0] += 1
@@ -40,7 +40,7 @@ def _stop_at_call(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
             raise Killed
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(loop, "sft_step", step)
+    monkeypatch.setattr(warm_start, "sft_step", step)
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -1,0 +1,48 @@
+"""What every ``harmonyrl`` sub-command shares: the console, the one-line error and the user errors it is for."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from harmonyrl.envs.loader import UserCodeError
+from harmonyrl.envs.taskfile import TaskFileError, TooFewProblems
+from harmonyrl.errors import (
+    CheckpointError,
+    ClusterError,
+    DemoFileError,
+    EngineUnavailable,
+    KernelUnavailable,
+    NoHeldOutTasks,
+    NotDemonstrable,
+)
+from harmonyrl.sandbox.limits import SandboxUnavailable
+from harmonyrl.telemetry.sinks import SinkUnavailableError
+
+console = Console()
+
+USER_ERRORS: tuple[type[Exception], ...] = (
+    FileExistsError,
+    FileNotFoundError,
+    CheckpointError,
+    KernelUnavailable,
+    EngineUnavailable,
+    NotDemonstrable,
+    NoHeldOutTasks,
+    DemoFileError,
+    SinkUnavailableError,
+    TaskFileError,
+    TooFewProblems,
+    SandboxUnavailable,
+    ClusterError,
+    UserCodeError,
+)
+"""Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
+package, a malformed task file, more generated problems than an env's settings allow, no working bubblewrap for a
+sandboxed env, the user's own env or expert code failing): one line, no traceback."""
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` (one line, no markup read from it) and return the exit to raise."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, emoji=False)
+    return typer.Exit(code=code)

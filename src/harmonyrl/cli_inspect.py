@@ -1,0 +1,168 @@
+"""The ``harmonyrl`` commands that look at things rather than train: ``check-env`` (a user environment against the
+rollout's contract), ``check-checkpoint`` (a gpt-oss checkpoint's names and shapes), ``replay`` (one update re-run
+from stored episodes), ``show`` (a step's episodes) and ``report`` (a run's HTML page). Registered on the app by
+:mod:`harmonyrl.cli`; heavy imports inside each command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harmonyrl.cli_common import USER_ERRORS, console, fail
+from harmonyrl.config import ConfigError
+from harmonyrl.envs.loader import TargetError
+from harmonyrl.errors import CheckpointError
+
+
+def check_env_cmd(
+    target: Annotated[
+        str, typer.Argument(help="MODULE:FACTORY or path/to/file.py:FACTORY (a zero-argument callable).")
+    ],
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks to drive scripted episodes through.")] = 5,
+) -> None:
+    """Check a user environment against the contract the rollout layer relies on; exit 1 on any error
+    (warnings, e.g. a tool without a description, are shown but do not fail it)."""
+    from rich.markup import escape
+
+    from harmonyrl.envs.checker import check_target, errors
+
+    try:
+        issues = check_target(target, n_tasks=tasks)
+    except TargetError as e:
+        raise fail(f"{target}: {e}") from None
+    for issue in issues:
+        mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
+        console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)
+    if errors(issues):
+        raise typer.Exit(code=1)
+    warned = len(issues)
+    note = f", {warned} warning{'s' * (warned > 1)}" if warned else ""
+    console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({tasks} tasks{note})", soft_wrap=True)
+
+
+def check_checkpoint_cmd(
+    folder: Annotated[Path, typer.Argument(help="A gpt-oss checkpoint folder (config.json, index and/or shards).")],
+    show: Annotated[int, typer.Option(min=1, help="Names to list per kind of problem.")] = 20,
+) -> None:
+    """Build the model skeleton from FOLDER/config.json without allocating weights and check its parameter names
+    and shapes against the safetensors index and shard headers (MXFP4 experts understood); exit 1 on mismatch."""
+    from harmonyrl.models.real import check_checkpoint
+
+    try:
+        rep = check_checkpoint(folder)
+    except CheckpointError as e:
+        raise fail(str(e)) from None
+    c = rep.config
+    console.print(
+        f"{folder}: gpt-oss, {c.num_hidden_layers} layers, {c.num_local_experts} experts top-{c.num_experts_per_tok}, "
+        f"{c.num_attention_heads} heads / {c.num_key_value_heads} KV heads × {c.head_dim}, hidden {c.hidden_size}, "
+        f"vocab {c.vocab_size} — {rep.num_parameters:,} parameters ({rep.num_parameters / 1e9:.2f} B)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if not rep.tensors_named:
+        console.print("[yellow]no model.safetensors.index.json or model.safetensors: nothing to compare[/]")
+        return
+    console.print(
+        f"checkpoint: {rep.tensors_named} tensors named, {rep.shapes_checked} shapes checked, "
+        f"{len(rep.quantised)} expert matrices stored as MXFP4",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if rep.absent_shards:
+        absent = ", ".join(rep.absent_shards)
+        console.print(f"[yellow]shard files not present (shapes unchecked):[/] {absent}", soft_wrap=True)
+    problems = [
+        ("missing", list(rep.missing)),
+        ("unexpected", list(rep.unexpected)),
+        ("wrong shape", [f"{m.name}: expected {list(m.expected)}, got {list(m.found)}" for m in rep.shape_mismatches]),
+    ]
+    for kind, lines in problems:
+        for line in lines[:show]:
+            console.print(f"[red]✗ {kind}[/] {line}", highlight=False, soft_wrap=True)
+        if len(lines) > show:
+            console.print(f"[red]✗ {kind}[/] … and {len(lines) - show} more", highlight=False)
+    if not rep.ok:
+        raise typer.Exit(code=1)
+    console.print("[green]✓[/] every parameter is in the checkpoint with the right shape, and nothing else is")
+
+
+def replay(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts (rollouts/step_*.parquet).")],
+    step: Annotated[int, typer.Option(min=1, help="The RL step to re-run from its stored episodes.")],
+    checkpoint: Annotated[Path | None, typer.Option(help="State saved at RL step N-1 (not needed for step 1).")] = None,
+    save: Annotated[Path | None, typer.Option(help="Write the replayed state here (to chain replays).")] = None,
+    rescore: Annotated[bool, typer.Option(help="Also re-score the stored episodes through the environment.")] = False,
+) -> None:
+    """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
+    from harmonyrl.trainer import replay_step as rp
+    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
+
+    try:
+        result = rp.replay_step(run_dir, step, checkpoint, save)
+        rows = rp.rescore(run_dir, step) if rescore else []
+    except (ConfigError, ValueError) as e:
+        raise fail(str(e)) from None
+    except USER_ERRORS as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        if not is_storage_error(e):
+            raise
+        raise fail(storage_message(e, None)) from None
+    console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
+    if result.identical is None:
+        console.print("no checkpoint of this run is at this step: nothing to compare (use --save to chain)")
+    else:
+        verdict = "[green]bit-identical[/]" if result.identical else f"[red]differs[/] in {', '.join(result.differing)}"
+        console.print(f"replayed step {step} vs {result.compared_with}: {verdict}")
+    if rescore:
+        changed = [r for r in rows if r.stored_reward != r.new_reward]
+        console.print(f"re-scored {len(rows)} episodes: {len(changed)} rewards differ from the stored ones")
+        for r in changed[:10]:
+            console.print(f"  {r.task_id}: stored {r.stored_reward:g} → now {r.new_reward:g}")
+    if result.identical is False:
+        raise typer.Exit(code=1)
+
+
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts.")],
+    step: Annotated[int, typer.Option(min=1, help="RL step whose episodes to print.")],
+    limit: Annotated[int, typer.Option(min=1, help="Episodes to print.")] = 8,
+) -> None:
+    """Print one step's episodes in readable harmony form: turns, channels, tool calls and results, reward."""
+    from harmonyrl.rollout.show import format_episodes
+    from harmonyrl.rollout.store import RolloutFileError, read_step, step_path
+
+    try:
+        trajectories = read_step(step_path(run_dir, step))
+    except RolloutFileError as e:
+        raise fail(str(e)) from None
+    console.print(format_episodes(trajectories, limit, step))
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (holds metrics.jsonl).")],
+    episodes: Annotated[int, typer.Option(help="Sample episodes to render.")] = 8,
+) -> None:
+    """Write RUN_DIR/report/index.html: curves, time split and readable sample episodes, in one file."""
+    from harmonyrl.telemetry.mismatch_note import mismatch_note
+    from harmonyrl.telemetry.report import ReportError, load_metrics, write_report
+    from harmonyrl.telemetry.series import collect_series
+
+    try:
+        path = write_report(run_dir, max_episodes=episodes)
+    except ReportError as e:
+        raise fail(str(e)) from None
+    if (note := mismatch_note(collect_series(load_metrics(run_dir / "metrics.jsonl")[0]))) is not None:
+        console.print(f"[yellow]{note}[/]", highlight=False)
+    console.print(f"report: [bold]{path}[/]")
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``, in the order ``--help`` lists them."""
+    app.command(name="check-env")(check_env_cmd)
+    app.command(name="check-checkpoint")(check_checkpoint_cmd)
+    for command in (replay, show, report):
+        app.command()(command)

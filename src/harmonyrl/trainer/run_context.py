@@ -1,0 +1,35 @@
+"""What every phase of ``harmonyrl train`` reads and writes through: the run's config, folder, model, codec, env,
+metrics sinks, progress display and the process's place in a torchrun launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from transformers import GptOssForCausalLM
+
+from harmonyrl.config import RunConfig
+from harmonyrl.distributed.world import World
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.harmony.codecs import RunCodec
+from harmonyrl.telemetry.progress import StepProgress
+from harmonyrl.telemetry.sinks import MetricsSink
+from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One open run. ``model`` is rank 0's plain policy (under torchrun the trained shards are gathered into it);
+    ``files`` are copied beside the weights of every checkpoint (tokenizer, resolved config)."""
+
+    config: RunConfig
+    console: Console
+    run_dir: Path
+    model: GptOssForCausalLM
+    tok: RunCodec
+    factory: EnvFactory
+    files: CheckpointFiles
+    sink: MetricsSink
+    progress: StepProgress
+    world: World
