@@ -163,6 +163,10 @@ class Turn:
     tool_s: float
 
 
+ROLE_TERM = "team_role"
+"""The reward term holding a team trajectory's role index (set by the team rollout; absent for one agent)."""
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """A finished episode, token in / token out.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from synthetic_run import trajectory
 
 from harmonyrl.telemetry.episodes import append_episodes, episode_to_json, iter_episodes, select_episodes
-from harmonyrl.types import Failure
+from harmonyrl.types import ROLE_TERM, Failure
 
 
 def test_episode_to_json_exact_schema() -> None:
@@ -55,6 +56,17 @@ def test_episode_to_json_exact_schema() -> None:
             },
         ],
     }
+
+
+def test_a_team_line_names_its_role_and_a_single_agent_line_has_none() -> None:
+    traj = trajectory("relay-1", 1.0, None)
+    planner = dataclasses.replace(traj, reward_terms={"correct": 1.0, ROLE_TERM: 0.0})
+    executor = dataclasses.replace(traj, reward_terms={"correct": 1.0, ROLE_TERM: 1.0})
+    roles = ("planner", "executor")
+    assert episode_to_json(planner, 1, roles)["team_role"] == "planner"
+    assert episode_to_json(executor, 1, roles)["team_role"] == "executor"
+    assert "team_role" not in episode_to_json(traj, 1, roles)  # no role term: one agent
+    assert "team_role" not in episode_to_json(executor, 1)  # no role names given
 
 
 def test_non_finite_reward_keeps_the_line_json() -> None:

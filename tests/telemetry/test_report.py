@@ -203,3 +203,11 @@ def test_missing_run_folder_and_corrupt_rollouts(tmp_path: Path) -> None:
     (run / "rollouts" / "step_1.jsonl").write_text('{"step": 1, "turns": []}\ngarbage\n')
     with pytest.raises(ReportError, match=r"step_1\.jsonl:2: not valid JSON"):
         write_report(run)
+
+
+def test_a_team_episode_names_the_role_that_played_it() -> None:
+    from harmonyrl.telemetry.report import _episode
+
+    line = {"step": 1, "task_id": "relay-1", "reward": 1.0, "failure": None, "turns": []}
+    assert "role planner&lt;b&gt;" in _episode(line | {"team_role": "planner<b>"})  # escaped, like every field
+    assert "role " not in _episode(line)  # a single agent's episode names no role

@@ -38,3 +38,5 @@ def test_a_team_run_trains_both_roles_and_logs_them_apart(tmp_path: Path) -> Non
     assert len(evals) == 2 and all(r["eval_team/executor/episodes"] == 2.0 for r in evals)
     episodes = (run / "rollouts" / "episodes.jsonl").read_text().splitlines()
     assert len(episodes) == 2 * 8
+    roles = [json.loads(line)["team_role"] for line in episodes]  # each line names the role that played it
+    assert sorted(set(roles)) == ["executor", "planner"] and roles.count("planner") == roles.count("executor") == 8

@@ -34,10 +34,7 @@ from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, run_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts
-from harmonyrl.types import Failure, SamplingParams, Trajectory
-
-ROLE_TERM = "team_role"
-"""The reward term holding a team trajectory's role index (absent on a single agent's trajectory)."""
+from harmonyrl.types import ROLE_TERM, Failure, SamplingParams, Trajectory
 
 
 def role_seed(seed: int, role: int) -> int:

@@ -2,14 +2,15 @@
 
 One line per episode::
 
-    {"step": int, "task_id": str, "reward": float, "failure": str | null,
+    {"step": int, "task_id": str, "reward": float, "failure": str | null, ["team_role": str,]
      "turns": [{"sampled": [message, ...], "parse_error": str | null, "observations": [message, ...]}]}
 
 where a sampled message is ``{"role", "channel", "recipient", "content"}`` and an observation (a tool result)
 additionally carries ``"name"`` (``"functions.calculator"``), because for tool messages the author, not the
 recipient, says which tool answered. ``failure`` is the failure *kind* (``"tool_timeout"`` …), a class the
-report can group by. Token ids and log-probs are left out on purpose: this file is for people; the lossless
-record of a step is the rollout store.
+report can group by. ``team_role`` is present only on a team episode's line (docs/multiagent.md): the name of the
+role that played this trajectory, so the record says who wrote each line of a team episode. Token ids and
+log-probs are left out on purpose: this file is for people; the lossless record of a step is the rollout store.
 
 Only the standard library is imported, so the training loop can call :func:`append_episodes` cheaply.
 """
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harmonyrl.types import Message, Trajectory
+from harmonyrl.types import ROLE_TERM, Message, Trajectory
 
 Episode = dict[str, Any]
 """One decoded line of a rollouts file (JSON, so its values are only known by the schema above)."""
@@ -36,14 +37,24 @@ def _observation(msg: Message) -> dict[str, str | None]:
     return _message(msg) | {"name": msg.name}
 
 
-def episode_to_json(traj: Trajectory, step: int) -> Episode:
-    """The JSON-ready record of one episode at RL step ``step`` (schema in the module docstring)."""
+def _role(traj: Trajectory, roles: Sequence[str]) -> dict[str, str]:
+    """``{"team_role": name}`` for a team trajectory whose role index names one of ``roles``; else nothing."""
+    index = traj.reward_terms.get(ROLE_TERM)
+    if index is None or not roles or not 0 <= int(index) < len(roles):
+        return {}
+    return {"team_role": roles[int(index)]}
+
+
+def episode_to_json(traj: Trajectory, step: int, roles: Sequence[str] = ()) -> Episode:
+    """The JSON-ready record of one episode at RL step ``step`` (schema in the module docstring); ``roles``:
+    a team env's role names, in order (empty for one agent)."""
     reward = traj.reward if math.isfinite(traj.reward) else str(traj.reward)  # keep the line valid JSON
     return {
         "step": step,
         "task_id": traj.task_id,
         "reward": reward,
         "failure": traj.failure.kind if traj.failure is not None else None,
+        **_role(traj, roles),
         "turns": [
             {
                 "sampled": [_message(m) for m in turn.sampled],
@@ -55,13 +66,14 @@ def episode_to_json(traj: Trajectory, step: int) -> Episode:
     }
 
 
-def append_episodes(path: Path, trajs: Iterable[Trajectory], step: int) -> None:
-    """Append one line per episode to ``path`` (parents created), flushed before returning.
+def append_episodes(path: Path, trajs: Iterable[Trajectory], step: int, roles: Sequence[str] = ()) -> None:
+    """Append one line per episode to ``path`` (parents created), flushed before returning; ``roles`` as in
+    :func:`episode_to_json`.
 
     Lines are built first and written with one call, so a crash mid-call loses the step's lines rather than
     leaving most of them; a reader still tolerates a cut-off last line.
     """
-    lines = "".join(json.dumps(episode_to_json(t, step)) + "\n" for t in trajs)
+    lines = "".join(json.dumps(episode_to_json(t, step, roles)) + "\n" for t in trajs)
     if not lines:
         return
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -182,6 +182,8 @@ def _message(msg: object, observation: bool = False) -> str:
 def _episode(ep: Episode) -> str:
     reward = as_float(ep.get("reward"))
     head = [f"step {ep['step']}", f"task <code>{esc(str(ep.get('task_id', '?')))}</code>"]
+    if ep.get("team_role"):  # a team episode's trajectory: which role played it
+        head.append(f"role {esc(str(ep['team_role']))}")
     head.append(f"reward {reward:.3g}" if reward is not None else "reward ?")
     if ep.get("failure"):
         head.append(f'<span class="bad">failed: {esc(str(ep["failure"]))}</span>')

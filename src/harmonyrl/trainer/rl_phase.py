@@ -15,6 +15,7 @@ from harmonyrl.distributed.ray_envs import env_pool_metrics
 from harmonyrl.distributed.world import broadcast
 from harmonyrl.engine.base import Engine
 from harmonyrl.envs.faults import injected_metrics
+from harmonyrl.envs.team import TeamFactory
 from harmonyrl.models.lora import merged_state_dict
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.store import step_path, write_step
@@ -117,7 +118,8 @@ class RLPhase:
         """The episodes as people read them, and what the update reads (replay reproduces it), when configured."""
         ctx = self.ctx
         if ctx.config.telemetry.record_episodes and ctx.world.is_main:
-            append_episodes(ctx.run_dir / "rollouts" / "episodes.jsonl", trajectories, step)
+            roles = ctx.factory.roles if isinstance(ctx.factory, TeamFactory) else ()  # a team line names its role
+            append_episodes(ctx.run_dir / "rollouts" / "episodes.jsonl", trajectories, step, roles)
         if ctx.config.telemetry.record_rollouts and ctx.world.is_main:
             write_step(step_path(ctx.run_dir, step), step, trained)
 
