@@ -6,12 +6,12 @@ the caller's event loop) repeats *admit → step → advance*:
 * admit: running requests are first moved down into slots that finished ones freed (so the running set is
   one contiguous run of slots, read as views), then pending requests take the next free slots (FIFO, up to
   ``max_batch``); cancelled ones are dropped.
-* step: a batched prefill of the newly admitted prompts (each after the longest cached prefix it starts
-  with: :mod:`harmonyrl.engine.local.prefix_cache`) plus one batched decode step for the rows already running,
-  then one batched sampling call for all of them. It runs on the event loop's own thread, then
-  yields once: every agent loop whose generation just finished runs up to its next ``await`` first, so a
-  request it sends at once joins the next step. Tool threads keep running during a step; coroutines
-  (async tools, timeouts) wait for its end, at most one step late.
+* step: a prefill of the newly admitted prompts (each after the longest cached prefix it starts with:
+  :mod:`harmonyrl.engine.local.prefill`, batch-invariant with the compiled step) plus one batched decode step
+  for the rows already running, then one batched sampling call for all of them. It runs on the event loop's
+  own thread, then yields once: every agent loop whose generation just finished runs up to its next
+  ``await`` first, so a request it sends at once joins the next step. Tool threads keep running during a
+  step; coroutines (async tools, timeouts) wait for its end, at most one step late.
 * advance: append the sampled tokens, finish rows (stop id / ``max_new_tokens`` / ``max_seq_len``), cache
   a finished row's keys/values for its conversation's next turn, free its slot, resolve futures. New
   requests therefore join, and finished ones leave, between decode steps.
@@ -44,14 +44,12 @@ from transformers import GptOssForCausalLM
 from harmonyrl.engine.base import MetricsWindow
 from harmonyrl.engine.local.forward import LeanForward
 from harmonyrl.engine.local.native import KernelChoice, NativeDecode, use_native
-from harmonyrl.engine.local.prefix_cache import CachedPrefix, PrefixCache, common_prefix, prefill_groups
+from harmonyrl.engine.local.prefill import MIN_PREFIX, Prefill
+from harmonyrl.engine.local.prefix_cache import CachedPrefix, PrefixCache
 from harmonyrl.engine.local.routing_capture import EngineRouting
 from harmonyrl.engine.local.sampling import RowParams, sample, seed_key, validate_request
 from harmonyrl.engine.local.stats import EngineStats
 from harmonyrl.types import Generation, Routing, SamplingParams
-
-MIN_PREFIX = 16
-"""Shortest prompt prefix worth caching: shorter ones cost more in bookkeeping than they save."""
 
 
 @dataclass
@@ -117,6 +115,8 @@ class LocalEngine:
         self._closing = False
         self._prefixes = PrefixCache(int(prefix_cache_mib * 2**20))
         """Keys/values of shared prompt heads and of finished conversations (:mod:`.prefix_cache`)."""
+        self._prefill = Prefill(self._fwd, self._native, self._prefixes, self._routing, self.stats)
+        """New prompts into their slots after their longest cached prefix (:mod:`.prefill`)."""
 
     # ---------------------------------------------------------------- public API
 
@@ -316,7 +316,7 @@ class LocalEngine:
         with torch.inference_mode():
             parts = []
             if new:
-                parts.append(self._prefill(new))
+                parts.append(self._prefill([r.prompt for r in new], [r.slot for r in new]))
                 self.stats.prefill_seconds += time.perf_counter() - start
             if old:
                 parts.append(self._decode(old))
@@ -328,50 +328,6 @@ class LocalEngine:
         self.stats.rows_stepped += len(new) + len(old)
         self.stats.tokens_generated += len(new) + len(old)
         return out
-
-    def _prefill(self, rows: list[_Request]) -> torch.Tensor:
-        """Logits ``[n, V]`` for newly admitted rows, in ``rows`` order; each prompt is prefilled after the
-        longest cached prefix it starts with (a shared head, or its own previous turn)."""
-        found = [self._prefixes.longest(r.prompt) for r in rows]
-        fresh = [i for i, hit in enumerate(found) if hit is None]
-        if len(fresh) >= 2 and self._prefixes.budget_bytes:  # rows nothing covers: cache the head they share
-            common = common_prefix([rows[i].prompt for i in fresh])
-            if len(common) >= MIN_PREFIX:
-                entry = self._store_prefix(common)
-                for i in fresh:
-                    found[i] = (common, entry)
-        slots = torch.tensor([r.slot for r in rows], device=self.device)
-        if self._routing is not None:
-            self._routing.clear(slots)
-        starts = [0 if hit is None else len(hit[0]) for hit in found]
-        by_prefix: dict[tuple[int, ...], tuple[CachedPrefix, list[int]]] = {}
-        for i, hit in enumerate(found):
-            if hit is not None:
-                by_prefix.setdefault(hit[0], (hit[1], []))[1].append(i)
-        for prefix, (entry, idx) in by_prefix.items():
-            self._fwd.load_prefix((entry.keys, entry.values), slots[idx])
-            if self._routing is not None and entry.routing is not None:
-                self._routing.load_prefix(entry.routing, slots[idx])
-            self.stats.prefix_tokens_reused += len(prefix) * len(idx)
-        self.stats.prompt_tokens += sum(len(r.prompt) for r in rows)
-        out = torch.empty(len(rows), self.vocab_size, device=self.device)
-        for idx in prefill_groups([len(r.prompt) - start for r, start in zip(rows, starts, strict=True)]):
-            tails = [rows[i].prompt[starts[i] :] for i in idx]
-            width = max(len(t) for t in tails)
-            padded = torch.tensor([t + [0] * (width - len(t)) for t in tails], dtype=torch.long, device=self.device)
-            lengths = torch.tensor([len(t) for t in tails], device=self.device)
-            group_starts = torch.tensor([starts[i] for i in idx], device=self.device)
-            out[torch.tensor(idx, device=self.device)] = self._fwd.prefill(padded, lengths, slots[idx], group_starts)
-            if self._routing is not None:
-                self._routing.after_prefill(slots[idx], group_starts, padded.shape[1], lengths)
-        return out
-
-    def _store_prefix(self, prefix: tuple[int, ...]) -> CachedPrefix:
-        keys, values = self._fwd.prefix(torch.tensor(prefix, device=self.device))
-        routing = self._routing.after_prefix(len(prefix)) if self._routing is not None else None
-        entry = CachedPrefix(keys, values, routing)
-        self._prefixes.put(prefix, entry)
-        return entry
 
     def _keep_conversation(self, request: _Request, fed: int, routing: torch.Tensor | None) -> None:
         """Cache a finished request's keys/values (every position it fed) under the ids it fed: its agent's

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from harmonyrl.errors import KernelUnavailable
+from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.threads import adapt
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def library() -> ctypes.CDLL | None:
     if spec is None or spec.origin is None:
         return None
     lib = ctypes.CDLL(spec.origin)
-    lib.hrl_decode.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _I, _I, _I, _F, _I, ctypes.c_int64]
+    lib.hrl_decode.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _I, _I, _I, _I, _F, _I, ctypes.c_int64]
     lib.hrl_decode.restype = ctypes.c_int
     lib.hrl_isa.restype = ctypes.c_char_p
     lib.hrl_gumbel_uniform.argtypes = [_I, _I, ctypes.c_int64, ctypes.c_int64, _F, ctypes.c_int64]
@@ -202,15 +203,49 @@ class NativeDecode:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids, positions, slots ``[B]`` (int64) → fp32 logits ``[B, V]`` and, if ``record``, the experts chosen
         ``[B, L, k]`` (int64); each row's key and value go into its slot at its position first."""
+        return self._step(tokens, positions, slots, None, tokens.shape[0], record)
+
+    def prefill(
+        self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, last: torch.Tensor, record: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prompts fed token by token: ``[N]`` ids, positions and slots, each slot's rows contiguous and in position
+        order (its cache already holds the positions before them); ``last`` ``[P]``: the row of each prompt whose
+        logits are wanted → logits ``[P, V]`` and, if ``record``, the experts of every row ``[N, L, k]`` (the last
+        layer's only for the ``last`` rows: the others stop after writing their keys and values there, as the eager
+        prefill does).
+
+        Every row runs the decode step's own arithmetic, so its keys, values and logits are the same bits whatever
+        other prompts share the call, however a prompt is split between a cached prefix and this call, and on
+        however many threads: the engine's log-probs never depend on batch composition (timing)."""
+        emit = torch.full((tokens.shape[0],), -1, dtype=torch.int64)
+        emit[last] = torch.arange(last.shape[0])
+        return self._step(tokens, positions, slots, emit, last.shape[0], record)
+
+    def _step(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        emit: torch.Tensor | None,
+        n_out: int,
+        record: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, m = tokens.shape[0], self._model
-        logits = torch.empty(b, m.vocab)
-        routing = torch.empty(b, m.layers, m.top_k, dtype=torch.int64) if record else None
+        logits = torch.empty(n_out, m.vocab)
+        routing = None
+        if record:  # a prefill's rows whose logits are not wanted stop after the last layer's keys: not routed there
+            routing = (
+                torch.empty(b, m.layers, m.top_k, dtype=torch.int64)
+                if emit is None
+                else torch.full((b, m.layers, m.top_k), NOT_ROUTED, dtype=torch.int64)
+            )
         status = self._lib.hrl_decode(
             ctypes.byref(m),
             b,
             _i(tokens),
             _i(positions),
             _i(slots),
+            None if emit is None else _i(emit),
             _f(logits),
             None if routing is None else _i(routing),
             adapt(),  # the free cores now: a thread without a core would hold up the whole step

@@ -53,21 +53,30 @@ static int alloc_scratch(const hrl_model *m, int64_t n, hrl_scratch *s) {
     s->weights = malloc(nk * sizeof(float));
     s->ids = malloc(nk * sizeof(int64_t));
     s->rows_e = malloc(nk * sizeof(int64_t));
+    s->keep = malloc(n * sizeof(int64_t));
     return s->x && s->h && s->qkv && s->att && s->tmp && s->moe && s->gu && s->act && s->hg && s->scores &&
-           s->weights && s->ids && s->rows_e;
+           s->weights && s->ids && s->rows_e && s->keep;
 }
 
 static void free_scratch(hrl_scratch *s) {
     void *all[] = {s->x, s->h, s->qkv, s->att, s->tmp, s->moe, s->gu, s->act, s->hg, s->scores, s->weights, s->ids,
-                   s->rows_e};
+                   s->rows_e, s->keep};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
-/* One decode step for `rows` rows: tokens, positions, slots [rows] -> logits [rows, V], routing [rows, L, k]
- * (NULL: not recorded). Keys/values of each row's token are written at its slot and position first.
+/* One step for `rows` rows: tokens, positions, slots [rows] -> logits, routing [rows, L, k] (NULL: not recorded).
+ * Keys/values of each row's token are written at its slot and position first. A decode step has one row per
+ * slot; a prefill has a run of rows per slot (its tokens, in position order), which one thread takes whole, so
+ * every row's arithmetic is the same whatever else shares the call (a row's results are batch-invariant).
+ * emit NULL: logits [rows, V]; else logits [count of emit[r] >= 0, V], row r's at emit[r].
  * Returns 0, or -1 if a thread could not allocate its buffers (nothing is then valid). */
+static int64_t slot_run_start(int64_t at, int64_t rows, const int64_t *slots) {
+    while (at > 0 && at < rows && slots[at] == slots[at - 1]) at++; /* move a split out of a slot's run */
+    return at;
+}
+
 int hrl_decode(const hrl_model *m, int64_t rows, const int64_t *tokens, const int64_t *pos, const int64_t *slots,
-               float *logits, int64_t *routing, int64_t threads) {
+               const int64_t *emit, float *logits, int64_t *routing, int64_t threads) {
     int failed = 0;
     hrl_rows_fn run = rows_fn();
     if (threads > rows) threads = rows;
@@ -79,12 +88,12 @@ int hrl_decode(const hrl_model *m, int64_t rows, const int64_t *tokens, const in
 #else
         int64_t t = 0, nt = 1;
 #endif
-        int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
+        int64_t lo = slot_run_start(rows * t / nt, rows, slots), hi = slot_run_start(rows * (t + 1) / nt, rows, slots);
         hrl_scratch s;
         if (hi > lo) {
             if (alloc_scratch(m, hi - lo, &s))
-                run(m, hi - lo, tokens + lo, pos + lo, slots + lo, logits + lo * m->vocab,
-                            routing ? routing + lo * m->layers * m->top_k : NULL, &s);
+                run(m, hi - lo, tokens + lo, pos + lo, slots + lo, emit ? emit + lo : NULL,
+                    emit ? logits : logits + lo * m->vocab, routing ? routing + lo * m->layers * m->top_k : NULL, &s);
             else
                 failed = 1;
             free_scratch(&s);

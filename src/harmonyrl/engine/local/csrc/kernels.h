@@ -243,16 +243,24 @@ INLINE void route(const float *logits, int64_t experts, int64_t k, int64_t *ids,
     for (int64_t j = 0; j < k; j++) weights[j] /= sum;
 }
 
-/* Rows [0, n) of this thread (token ids, positions, slots already offset): every layer, then the LM head. */
+/* Rows [0, n) of this thread (token ids, positions, slots already offset): every layer, then the LM head.
+ * Rows of one slot at consecutive positions (a prefill) must come in order: within a layer, a row attends the
+ * keys its slot's earlier rows have just written. emit NULL: row r's logits go to logits[r]; else only rows with
+ * emit[r] >= 0 get logits, at logits[emit[r]] (a prefill needs its last row's only). */
 void ROWS_FN(const hrl_model *m, int64_t n, const int64_t *tok, const int64_t *pos,
-                               const int64_t *slot, float *logits, int64_t *routing, hrl_scratch *s) {
+                               const int64_t *slot, const int64_t *emit, float *logits, int64_t *routing, hrl_scratch *s) {
     const int64_t hid = m->hidden, H = m->heads, KVH = m->kv_heads, D = m->head_dim, E = m->experts, K = m->top_k;
     const int64_t I = m->inter, QKV = (H + 2 * KVH) * D, G = H / KVH, L = m->layers;
     for (int64_t r = 0; r < n; r++) memcpy(s->x + r * hid, m->embed + tok[r] * hid, hid * sizeof(float));
+    int64_t *keep = s->keep; /* after the last layer's key/value writes, the rows that go on (see below) */
     for (int64_t l = 0; l < L; l++) {
         const hrl_layer *ly = &m->layer[l];
+        /* A prefill row whose logits nobody reads needs its keys and values at every layer, but nothing after
+         * the last layer's: there only the emitting rows go on, moved to the front (row j is the old keep[j]). */
+        const int cut = emit && l == L - 1;
         for (int64_t r = 0; r < n; r++) rms_norm(s->x + r * hid, ly->norm_w, hid, (float)m->eps, s->h + r * hid);
         gemm(s->h, hid, n, ly->qkv_w, hid, QKV, ly->qkv_b, s->qkv, QKV);
+        int64_t kept = 0;
         for (int64_t r = 0; r < n; r++) {
             float *qkv = s->qkv + r * QKV;
             int64_t p = pos[r];
@@ -262,23 +270,32 @@ void ROWS_FN(const hrl_model *m, int64_t n, const int64_t *tok, const int64_t *p
                 int64_t base = (slot[r] * KVH + kv) * m->max_seq * D;
                 memcpy(ly->k_cache + base + p * D, qkv + (H + kv) * D, D * sizeof(float));
                 memcpy(ly->v_cache + base + p * D, qkv + (H + KVH + kv) * D, D * sizeof(float));
+            }
+            if (cut && emit[r] < 0) continue;
+            int64_t j = cut ? kept : r;
+            if (j != r) memmove(s->x + j * hid, s->x + r * hid, hid * sizeof(float));
+            keep[j] = r;
+            kept++;
+            for (int64_t kv = 0; kv < KVH; kv++) {
+                int64_t base = (slot[r] * KVH + kv) * m->max_seq * D;
                 attend(qkv + kv * G * D, G, D, ly->k_cache + base, ly->v_cache + base, lo, p, ly->sinks + kv * G,
-                       s->scores, s->att + r * H * D + kv * G * D);
+                       s->scores, s->att + j * H * D + kv * G * D);
             }
         }
-        gemm(s->att, H * D, n, ly->o_w, H * D, hid, ly->o_b, s->tmp, hid);
-        for (int64_t i = 0; i < n * hid; i++) s->x[i] += s->tmp[i];
-        for (int64_t r = 0; r < n; r++) rms_norm(s->x + r * hid, ly->post_w, hid, (float)m->eps, s->h + r * hid);
-        gemm(s->h, hid, n, ly->router_w, hid, E, ly->router_b, s->tmp, E);
-        for (int64_t r = 0; r < n; r++) {
+        const int64_t nl = kept; /* == n except in a prefill's last layer */
+        gemm(s->att, H * D, nl, ly->o_w, H * D, hid, ly->o_b, s->tmp, hid);
+        for (int64_t i = 0; i < nl * hid; i++) s->x[i] += s->tmp[i];
+        for (int64_t r = 0; r < nl; r++) rms_norm(s->x + r * hid, ly->post_w, hid, (float)m->eps, s->h + r * hid);
+        gemm(s->h, hid, nl, ly->router_w, hid, E, ly->router_b, s->tmp, E);
+        for (int64_t r = 0; r < nl; r++) {
             route(s->tmp + r * E, E, K, s->ids + r * K, s->weights + r * K);
             if (routing)
-                for (int64_t j = 0; j < K; j++) routing[(r * L + l) * K + j] = s->ids[r * K + j];
+                for (int64_t j = 0; j < K; j++) routing[(keep[r] * L + l) * K + j] = s->ids[r * K + j];
         }
-        memset(s->moe, 0, n * hid * sizeof(float));
+        memset(s->moe, 0, nl * hid * sizeof(float));
         for (int64_t e = 0; e < E; e++) { /* each expert on the rows routed to it, gathered */
             int64_t cnt = 0;
-            for (int64_t r = 0; r < n; r++)
+            for (int64_t r = 0; r < nl; r++)
                 for (int64_t j = 0; j < K; j++)
                     if (s->ids[r * K + j] == e) {
                         s->rows_e[cnt] = r * K + j;
@@ -295,9 +312,17 @@ void ROWS_FN(const hrl_model *m, int64_t n, const int64_t *tok, const int64_t *p
                 for (int64_t i = 0; i < hid; i++) s->moe[r * hid + i] += w * s->hg[c * hid + i];
             }
         }
-        for (int64_t i = 0; i < n * hid; i++) s->x[i] += s->moe[i];
+        for (int64_t i = 0; i < nl * hid; i++) s->x[i] += s->moe[i];
+        if (cut) n = nl;
     }
-    for (int64_t r = 0; r < n; r++) rms_norm(s->x + r * hid, m->final_w, hid, (float)m->eps, s->h + r * hid);
-    gemm(s->h, hid, n, m->lm_w, hid, m->vocab, NULL, logits, m->vocab);
+    if (!emit) {
+        for (int64_t r = 0; r < n; r++) rms_norm(s->x + r * hid, m->final_w, hid, (float)m->eps, s->h + r * hid);
+        gemm(s->h, hid, n, m->lm_w, hid, m->vocab, NULL, logits, m->vocab);
+        return;
+    }
+    for (int64_t r = 0; r < n; r++) { /* the emitting rows, moved to the front; one GEMM row each: same sums */
+        rms_norm(s->x + r * hid, m->final_w, hid, (float)m->eps, s->h + r * hid);
+        gemm(s->h + r * hid, hid, 1, m->lm_w, hid, m->vocab, NULL, logits + emit[keep[r]] * m->vocab, m->vocab);
+    }
 }
 

@@ -28,14 +28,14 @@ typedef struct {
 
 typedef struct { /* one thread's buffers, sized for its rows */
     float *x, *h, *qkv, *att, *tmp, *moe, *gu, *act, *hg, *scores, *weights;
-    int64_t *ids, *rows_e;
+    int64_t *ids, *rows_e, *keep;
 } hrl_scratch;
 
 /* Rows [0, n) of this thread through every layer, then the LM head; kernels.h, compiled per instruction set. */
 typedef void (*hrl_rows_fn)(const hrl_model *m, int64_t n, const int64_t *tok, const int64_t *pos, const int64_t *slot,
-                            float *logits, int64_t *routing, hrl_scratch *s);
-void hrl_rows_avx2(const hrl_model *, int64_t, const int64_t *, const int64_t *, const int64_t *, float *, int64_t *,
-                   hrl_scratch *);
-void hrl_rows_generic(const hrl_model *, int64_t, const int64_t *, const int64_t *, const int64_t *, float *,
-                      int64_t *, hrl_scratch *);
+                            const int64_t *emit, float *logits, int64_t *routing, hrl_scratch *s);
+void hrl_rows_avx2(const hrl_model *, int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                   float *, int64_t *, hrl_scratch *);
+void hrl_rows_generic(const hrl_model *, int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                      float *, int64_t *, hrl_scratch *);
 #endif
