@@ -24,6 +24,7 @@ from harmonyrl.config import RunConfig
 from harmonyrl.distributed.fsdp import copy_into, sharded_copy
 from harmonyrl.distributed.ray_envs import close_env_pool, env_pool_metrics
 from harmonyrl.distributed.world import SINGLE, World, broadcast, share_cores
+from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import injected_metrics
 from harmonyrl.envs.team import TeamFactory
@@ -239,13 +240,12 @@ async def _train_in(
     )
     source = task_source(config, factory, saved if in_rl else None)  # the plain stream or a curriculum
 
-    async def collect(step: int) -> Drawn:
-        """Step ``step``'s episodes on the engine (rank 0's; the other ranks get them from it)."""
-        assert engine is not None
+    async def collect(step: int, on: Engine) -> Drawn:
+        """Step ``step``'s episodes on engine copy ``on`` (rank 0's; the other ranks get them from it)."""
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
 
         async def run(requests: Sequence[EpisodeRequest]) -> RolloutResult:
-            result = await run_rollouts(engine, step_factory, tok, requests, params, limits, r.engine.concurrency,
+            result = await run_rollouts(on, step_factory, tok, requests, params, limits, r.engine.concurrency,
                                         r.retry_faulted_groups)  # fmt: skip  # a team env: its roles in turn
             return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
 
@@ -255,9 +255,10 @@ async def _train_in(
 
     # rollouts of later steps run ahead of the update with rl.async.max_staleness > 0 (trainer/pipeline.py)
     check_pipeline(config.rl.async_, world)
+    judge_apart = rewarder is None or config.reward.judge is None or rewarder.own_engine is not None  # else: 1 copy
     pipeline = await Pipeline.create(config.rl.async_, engine, collect, first, config.rl.steps,
                                      saved.state.get("pipeline") if in_rl and saved is not None else None,
-                                     lambda: merged_state_dict(model))  # fmt: skip
+                                     lambda: merged_state_dict(model), copies=judge_apart)  # fmt: skip
     progress.start("rl", config.rl.steps, done=first)
     for step in range(first, config.rl.steps):
         t0 = time.perf_counter()
