@@ -1,7 +1,7 @@
 """Minutes of RL to a held-out target, synchronous vs asynchronous (``rl.async.max_staleness`` 0, 1, 2), with a
 slow, heavy-tailed tool, over several seeds.
 
-    python benchmarks/async.py --warm SFT_CKPT [--seeds 0,1] [--steps 15] [--every 3] [key=value ...]
+    python benchmarks/async.py --warm SFT_CKPT [--seeds 0,1,2] [--steps 20] [--every 2] [key=value ...]
 
 **Start.** A real warm start: the README default's SFT (``harmonyrl sft``, 500 × 16; held-out pass@1 ~30 % on the
 calculator), given with ``--warm``, or made here (``--sft-steps``) when it is not.
@@ -11,12 +11,15 @@ order of the arms alternates with the seed (0,1,2 then 2,1,0, …): the machine'
 calculator tool sleeps a log-normal time before answering (median 0.5 s, sigma 1.2, the ``benchmarks/overlap.py``
 distribution: a few calls over 5 s), drawn from a hash of its expression, so every run sees the same latency for
 the same call; ``env.tool_timeout_s`` is raised so that no call times out. Evaluations run the tool without the
-delay (their time is off the clock anyway; it only shortens the benchmark). Async runs use decoupled PPO with
+delay (they are off the clock anyway; it only shortens the benchmark). Async runs use decoupled PPO with
 truncated token weights (``rl.correction.weights.mode=truncate``); the synchronous run is today's default.
 
-**Clock.** RL seconds: wall time from the end of the held-out evaluation before RL, minus every evaluation after it
-(``eval.every`` steps and the final one). It counts rollouts, updates, checkpoints, and the pipeline's drain before
-each evaluation (the batches running ahead finish then, on the clock).
+**Clock and evaluations.** The runs evaluate only before RL and after the last step (``eval.every=0``): an
+evaluation inside the run would make the pipeline drain first and so change what is measured. Instead the trainer's
+weights are copied (in memory) after every ``--every`` steps and after the last, and evaluated on the held-out tasks
+once the run has ended, off the clock (the final weights are evaluated both ways and must score the same). RL
+seconds at step s: wall time from the end of the evaluation before RL to the end of step s's checkpoint; it counts
+rollouts, updates and checkpoints, and nothing of the evaluations.
 
 **Target, chosen from the synchronous runs only.** ``target = start + (mean sync final − start) / 2``: midway
 between the warm start's held-out pass@1 and the mean over seeds of the synchronous runs' final pass@1. An arm's
@@ -46,12 +49,17 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import torch
 from rich.console import Console
 
 import harmonyrl.tasks.calculator as calculator_env
 import harmonyrl.trainer.loop as loop
-from harmonyrl.config import load_config
+from harmonyrl.config import RunConfig, load_config
+from harmonyrl.distributed.ray_envs import close_env_pool
+from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.trainer.setup import load_for, make_engine, make_factory
 
 MEDIAN_S, SIGMA = 0.5, 1.2
 WARM_START = ["model.preset=micro", "threads=1"]
@@ -59,7 +67,7 @@ RL = [
     "model.preset=micro",
     "rollout.tasks_per_step=8",
     "rollout.group_size=8",
-    "eval.n_tasks=64",
+    "eval.n_tasks=128",
     "eval.samples_per_task=4",
     "env.tool_timeout_s=60",
     "threads=1",
@@ -67,6 +75,7 @@ RL = [
 ASYNC = ["rl.correction.weights.mode=truncate"]
 EVALUATING = [False]
 """Set while a held-out evaluation runs: the tool answers without its delay (no batch is in flight then)."""
+EVAL, SAVE = loop.held_out_eval, loop.save_progress
 
 
 def latency_s(expression: str) -> float:
@@ -90,27 +99,22 @@ def slow_tool() -> None:
 
 
 @dataclass
-class Evals:
-    """Each held-out evaluation of a run: when it started and ended, and its pass@1."""
+class Clock:
+    """One run's held-out evaluations (start, end, pass@1) and, per RL step, when it ended and (every
+    ``every`` steps) a copy of the trainer's weights then."""
 
-    spans: list[tuple[float, float, float]] = field(default_factory=list)
-
-    def curve(self) -> list[tuple[float, float]]:
-        """(RL seconds, pass@1) at each evaluation: the first is the start (0 s)."""
-        (_, end0, start), *rest = self.spans
-        points, off = [(0.0, start)], 0.0
-        for t0, t1, success in rest:
-            points.append((t0 - end0 - off, success))
-            off += t1 - t0
-        return points
+    every: int
+    last: int
+    evals: list[tuple[float, float, float]] = field(default_factory=list)
+    steps: list[tuple[int, float, dict[str, torch.Tensor] | None]] = field(default_factory=list)
 
 
-def timed_evals(evals: Evals) -> None:
-    """Time every held-out evaluation of the next run and switch the tool's delay off during it."""
-    made = loop.held_out_eval
+def clocked(clock: Clock) -> None:
+    """Time the next run's evaluations (the tool's delay off during them) and the end of each of its RL steps."""
+    made_eval, made_save = EVAL, SAVE
 
     def held_out_eval(*args: object) -> Callable[[], Awaitable[dict[str, float]]]:
-        run = made(*args)  # type: ignore[arg-type]
+        run = made_eval(*args)  # type: ignore[arg-type]
 
         async def timed() -> dict[str, float]:
             EVALUATING[0] = True
@@ -119,12 +123,40 @@ def timed_evals(evals: Evals) -> None:
                 metrics = await run()
             finally:
                 EVALUATING[0] = False
-            evals.spans.append((t0, time.perf_counter(), metrics["eval/success"]))
+            clock.evals.append((t0, time.perf_counter(), metrics["eval/success"]))
             return metrics
 
         return timed
 
+    def save_progress(run_dir: Path, model: torch.nn.Module, phase: str, step: int, *args: Any, **kw: Any) -> None:
+        made_save(run_dir, model, phase, step, *args, **kw)  # type: ignore[arg-type]
+        if phase == "rl":
+            keep = step % clock.every == 0 or step == clock.last
+            state = {n: t.detach().clone() for n, t in model.state_dict().items()} if keep else None
+            clock.steps.append((step, time.perf_counter(), state))
+
     loop.held_out_eval = held_out_eval  # type: ignore[assignment]
+    loop.save_progress = save_progress
+
+
+async def evaluate_states(cfg: RunConfig, start: Path, states: list[dict[str, torch.Tensor]]) -> list[float]:
+    """Held-out pass@1 of each of ``states``: the run's own evaluation (same tasks, seed and decoding), the tool
+    without its delay."""
+    tok = load_codec(cfg.model.tokenizer)
+    factory = make_factory(cfg)
+    engine, limits = await make_engine(cfg, load_for(start, tok, cfg.rollout.max_seq_len), None)
+    run = EVAL(cfg, engine, factory, tok, limits)
+    out = []
+    EVALUATING[0] = True
+    try:
+        for version, state in enumerate(states, start=1):
+            await engine.sync_weights(state, version)
+            out.append((await run())["eval/success"])
+    finally:
+        EVALUATING[0] = False
+        await engine.close()
+        close_env_pool(factory)
+    return out
 
 
 def minutes_to(curve: list[tuple[float, float]], target: float) -> float:
@@ -164,17 +196,23 @@ def idle(run: Path) -> tuple[float, float]:
 
 
 def run_arm(k: int, seed: int, args: argparse.Namespace, start: Path, console: Console) -> Arm:
-    """One RL run from the warm start at ``max_staleness=k``."""
+    """One RL run from the warm start at ``max_staleness=k``, then its weights' held-out curve."""
     changes = [f"rl.async.max_staleness={k}", *(ASYNC if k else [])]
-    cfg = load_config(None, [*RL, *changes, *args.overrides, f"seed={seed}", f"rl.steps={args.steps}",
-                             f"eval.every={args.every}", f"model.init_from={start}", f"output_dir={args.out}",
-                             f"run_name=s{seed}k{k}"])  # fmt: skip
-    evals = Evals()
-    timed_evals(evals)
+    run = [f"seed={seed}", f"rl.steps={args.steps}", f"model.init_from={start}", f"output_dir={args.out}"]
+    cfg = load_config(None, [*RL, *changes, *args.overrides, *run, f"run_name=s{seed}k{k}"])
+    clock = Clock(args.every, args.steps)
+    clocked(clock)
     load = f"{os.getloadavg()[0]:.1f}"
     result = asyncio.run(loop.train(cfg, console))
     load += f"→{os.getloadavg()[0]:.1f}"
-    return Arm(k, seed, evals.curve(), *idle(result.run_dir), load)
+    (_, rl_start, begin), *_, (_, _, final) = clock.evals
+    kept = [(step, t, state) for step, t, state in clock.steps if state is not None]
+    *scores, last = asyncio.run(evaluate_states(cfg, start, [state for _, _, state in kept]))
+    if kept[-1][0] != args.steps or last != final:  # the offline evaluation is the run's own
+        raise SystemExit(f"offline evaluation of the final weights {last} != the run's {final}")
+    curve = [(0.0, begin)] + [(t - rl_start, p) for (_, t, _), p in zip(kept, scores, strict=False)]
+    curve.append((clock.steps[-1][1] - rl_start, final))
+    return Arm(k, seed, curve, *idle(result.run_dir), load)
 
 
 def summary(runs: list[Arm], ks: list[int]) -> str:
@@ -203,9 +241,9 @@ def summary(runs: list[Arm], ks: list[int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--every", type=int, default=3, help="evaluate every this many RL steps")
-    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--every", type=int, default=2, help="evaluate the weights of every this many RL steps")
+    parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--ks", default="0,1,2")
     parser.add_argument("--sft-steps", type=int, default=500)
     parser.add_argument("--out", type=Path, default=Path("runs/async-bench"))

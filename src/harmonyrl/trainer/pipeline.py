@@ -34,7 +34,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -47,9 +47,6 @@ from harmonyrl.rollout.scheduler import RolloutResult
 from harmonyrl.rollout.task_stream import SourceState
 from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import Trajectory
-
-if TYPE_CHECKING:
-    from harmonyrl.engine.local.engine import LocalEngine
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -72,7 +69,7 @@ Collect = Callable[[int, Engine], Awaitable[Drawn]]
 class Replicable(Protocol):
     """An engine that can make a copy of itself with its own weights (the embedded engine)."""
 
-    def replica(self) -> LocalEngine:
+    def replica(self) -> Engine:
         """A copy holding the same weights and version, with its own caches and worker."""
         ...
 
@@ -189,8 +186,9 @@ class Pipeline:
         replicas: list[Engine] = []
         if cfg.enabled:
             snapshots[version] = snapshot(weights())
-            if copies and isinstance(engine, Replicable):
-                replicas = [engine.replica() for _ in range(cfg.max_staleness)]
+            can: object = engine  # the Engine protocol has no replica(): ask the object itself
+            if copies and isinstance(can, Replicable):
+                replicas = [can.replica() for _ in range(cfg.max_staleness)]
         return Pipeline(cfg, engine, collect, first, steps, version, snapshots, replicas)
 
     # ------------------------------------------------------------------ what the loop calls
