@@ -3,7 +3,8 @@ each on the copy that holds its version, and give the same episodes as when they
 
 Model: ``nano`` preset, vocab 300. Version v's weights: the start's, with ``lm_head`` moved by a seeded step per
 update, so every version samples differently. A batch: 4 two-turn episodes whose seeds depend on the step only,
-with a "tool" sleep between the turns whose length varies from run to run (episode 0's is a long tail)."""
+with a "tool" sleep between the turns whose length varies from run to run (episode 0's is a long tail); the tasks
+(prompt seeds) come from one task cursor shared by the batches, as the run's task source is."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rollout.sampling import SampledStep
 from harmonyrl.rollout.scheduler import RolloutResult
-from harmonyrl.trainer.pipeline import Drawn, Pipeline
+from harmonyrl.trainer.pipeline import Drawn, Pipeline, StepDraws
 from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import SamplingParams, Trajectory
 
@@ -40,6 +41,7 @@ class Run:
 
     def __init__(self, model: GptOssForCausalLM) -> None:
         self.model = copy.deepcopy(model)
+        self.source = Cursor()
         self.updates = 0
         self.sampled: dict[int, tuple[list[Turns], set[int]]] = {}
         self.in_flight = self.most_in_flight = 0
@@ -47,15 +49,17 @@ class Run:
     async def collect(self, step: int, engine: Engine) -> Drawn:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        episodes = await asyncio.gather(*(self._episode(step, i, engine) for i in range(4)))
+        draws = StepDraws(self.source)  # type: ignore[arg-type]
+        tasks = draws.draw(step, 4)  # as sample_step does: before anything is awaited
+        episodes = await asyncio.gather(*(self._episode(step, i, task, engine) for i, task in enumerate(tasks)))
         self.in_flight -= 1
         self.sampled[step] = ([turns for turns, _ in episodes], {v for _, v in episodes})
         trajs = tuple(_trajectory(v) for _, v in episodes)
         rollout = RolloutResult(trajs, 0.0)
-        return Drawn(SampledStep(rollout, trajs, {}), None, {"kind": "sequential", "cursor": step})  # type: ignore[arg-type]
+        return Drawn(SampledStep(rollout, trajs, {}), None, draws.after)  # type: ignore[arg-type]
 
-    async def _episode(self, step: int, i: int, engine: Engine) -> tuple[Turns, int]:
-        gen = torch.Generator().manual_seed(97 * step + i)
+    async def _episode(self, step: int, i: int, task: int, engine: Engine) -> tuple[Turns, int]:
+        gen = torch.Generator().manual_seed(task)
         prompt = torch.randint(2, VOCAB, (6 + 3 * i,), generator=gen).tolist()
         first = await engine.generate(prompt, SamplingParams(max_new_tokens=6, seed=1000 * step + i))
         await asyncio.sleep((0.15 if i == 0 else 0.0) + random.random() * 0.01)  # the tool: timing varies
@@ -75,6 +79,20 @@ class Run:
         return self.model.state_dict()
 
 
+class Cursor:
+    """A task source whose tasks are the integers in order (the sequential stream's shape)."""
+
+    def __init__(self) -> None:
+        self.cursor = 0
+
+    def draw(self, step: int, n: int) -> list[int]:
+        self.cursor += n
+        return list(range(self.cursor - n, self.cursor))
+
+    def state(self) -> dict[str, object]:
+        return {"kind": "sequential", "cursor": self.cursor}
+
+
 def _trajectory(version: int) -> Trajectory:
     return Trajectory("t", 0, (1, 1, 1), (0, 1, 0), (0.0,) * 3, 1.0, True, False, None, (), policy_version=version)
 
@@ -91,7 +109,7 @@ def _train(model: GptOssForCausalLM, k: int, copies: bool) -> tuple[Run, list[di
             batch = await pipe.batch(step)
             update = await pipe.train(run.update, batch.trajectories)
             await pipe.publish(step, run.weights, update.applied)
-            rows.append(batch.metrics)
+            rows.append(batch.metrics | {"cursor": float(batch.source_state["cursor"])})  # type: ignore[arg-type]
         await pipe.drain()
         assert engine.policy_version == STEPS  # drained: copy 0 holds the trained weights for the evaluation
         await engine.close()
@@ -114,6 +132,9 @@ def test_concurrent_batches_sample_as_sequential_ones_within_the_staleness_bound
         assert episodes == in_turn.sampled[step][0]  # tokens: the same whichever copy and neighbours
     assert [r["async/staleness_max"] for r in rows] == [float(min(s, k)) for s in range(STEPS)]
     assert all(r["async/dropped"] == 0.0 for r in rows)
+    # a checkpoint after step s saves the task position batch s's draw left, though later batches have drawn since
+    assert [r["cursor"] for r in rows] == [4.0 * (s + 1) for s in range(STEPS)]
+    assert together.source.cursor == 4 * STEPS
 
     async def first_turns(weights: GptOssForCausalLM) -> list[Turns]:  # the last step's seeds on other weights
         again = Run(weights)

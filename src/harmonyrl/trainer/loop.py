@@ -47,7 +47,7 @@ from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.pipeline import Drawn, Pipeline, check_pipeline
+from harmonyrl.trainer.pipeline import Drawn, Pipeline, StepDraws, check_pipeline
 from harmonyrl.trainer.ranks import open_run_on
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
 from harmonyrl.trainer.reward_setup import make_rewarder
@@ -250,15 +250,19 @@ async def _train_in(
             return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
 
         seed = config.seed * 100_003 + step
-        sampled = await sample_step(run, source, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
-        return Drawn(sampled, step_factory, source.state())
+        draws = StepDraws(source)  # the source's position after this step's draws, not a later batch's
+        sampled = await sample_step(run, draws, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
+        return Drawn(sampled, step_factory, draws.after)
 
     # rollouts of later steps run ahead of the update with rl.async.max_staleness > 0 (trainer/pipeline.py)
     check_pipeline(config.rl.async_, world)
-    judge_apart = rewarder is None or config.reward.judge is None or rewarder.own_engine is not None  # else: 1 copy
+    # batches overlap on engine copies unless the policy's engine also judges, or dynamic sampling's extra draws
+    # (mid-batch) would interleave with another batch's: then one copy, batches in turn (docs/async.md)
+    judge_apart = rewarder is None or config.reward.judge is None or rewarder.own_engine is not None
+    overlap = judge_apart and not config.rl.sampling.filter_uniform_groups
     pipeline = await Pipeline.create(config.rl.async_, engine, collect, first, config.rl.steps,
                                      saved.state.get("pipeline") if in_rl and saved is not None else None,
-                                     lambda: merged_state_dict(model), copies=judge_apart)  # fmt: skip
+                                     lambda: merged_state_dict(model), copies=overlap)  # fmt: skip
     progress.start("rl", config.rl.steps, done=first)
     for step in range(first, config.rl.steps):
         t0 = time.perf_counter()

@@ -44,9 +44,9 @@ from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.rollout.sampling import SampledStep
 from harmonyrl.rollout.scheduler import RolloutResult
-from harmonyrl.rollout.task_stream import SourceState
+from harmonyrl.rollout.task_stream import SourceState, TaskSource
 from harmonyrl.trainer.update_result import UpdateResult
-from harmonyrl.types import Trajectory
+from harmonyrl.types import Task, Trajectory
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -63,6 +63,30 @@ class Drawn:
 
 Collect = Callable[[int, Engine], Awaitable[Drawn]]
 """Runs step ``s``'s episodes on the given engine copy, with the weights it holds now."""
+
+
+class StepDraws:
+    """The run's task source as one step's batch sees it: draws go through to the source, and the source's position
+    right after this batch's last draw is kept (:attr:`after`). With batches overlapping on engine copies, a later
+    batch draws before this one ends, so the position when it ends would include that later draw."""
+
+    def __init__(self, source: TaskSource) -> None:
+        self.source = source
+        self.after: SourceState = source.state()
+
+    def draw(self, step: int, n: int) -> list[Task]:
+        """The source's next ``n`` tasks; remembers its position after them."""
+        tasks = self.source.draw(step, n)
+        self.after = self.source.state()
+        return tasks
+
+    def observe(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """The source's own :meth:`~harmonyrl.rollout.task_stream.TaskSource.observe`."""
+        return self.source.observe(trajectories)
+
+    def state(self) -> SourceState:
+        """The source's position now."""
+        return self.source.state()
 
 
 @runtime_checkable
@@ -152,6 +176,9 @@ class Pipeline:
         self._busy_done = 0.0
         self._busy_since: float | None = None
         self._in_flight = 0
+        self._drawing: dict[int, asyncio.Event] = {}
+        """Per started step: set once its batch has begun collecting, i.e. drawn its tasks (the first thing a
+        collection does, before it awaits anything), so that batches draw in step order whatever the timing."""
         """Batches being collected now (several at once on engine copies)."""
         self._waited = 0.0
         self._sync_s = 0.0
@@ -277,6 +304,7 @@ class Pipeline:
             # the batch that last used this copy (one copy: the step before) must have left it; with k + 1
             # copies that batch has been consumed already (module docstring), so this never waits
             before = self._tasks.get(step - max(len(self.engines), 1))
+            self._drawing[step] = asyncio.Event()
             self._tasks[step] = asyncio.ensure_future(self._after(before, step, weights))
             self._next += 1
 
@@ -294,6 +322,10 @@ class Pipeline:
         version = max(0, step - self.k)
         if weights is not None and engine.policy_version != version:
             await engine.sync_weights(weights, version)
+        if (previous := self._drawing.pop(step - 1, None)) is not None:
+            await previous.wait()  # batch step - 1 draws its tasks first
+        if (mine := self._drawing.get(step)) is not None:
+            mine.set()  # waiters resume only after this task's next suspension, i.e. after its draw
         window = engine.metrics_window()
         t0 = time.perf_counter()
         self._enter(t0)
