@@ -176,10 +176,10 @@ class Pipeline:
         self._busy_done = 0.0
         self._busy_since: float | None = None
         self._in_flight = 0
+        """Batches being collected now (several at once on engine copies)."""
         self._drawing: dict[int, asyncio.Event] = {}
         """Per started step: set once its batch has begun collecting, i.e. drawn its tasks (the first thing a
         collection does, before it awaits anything), so that batches draw in step order whatever the timing."""
-        """Batches being collected now (several at once on engine copies)."""
         self._waited = 0.0
         self._sync_s = 0.0
         """Seconds of this step's weight sync after its update (k = 0; async batches load theirs while collecting)."""
