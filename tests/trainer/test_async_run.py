@@ -62,6 +62,7 @@ def test_an_async_run_records_versions_and_replays_bit_for_bit(tmp_path: Path) -
     rl = [r for r in _stable_rows(run) if r["phase"] == "rl"]
     assert [r["async/staleness_mean"] for r in rl] == [0.0, 1.0, 1.0]
     assert all(r["async/dropped"] == 0.0 for r in rl)
+    assert all(r["async/engine_copies"] == 2.0 for r in rl)  # the batches ran on k + 1 embedded-engine copies
     replay_step(run, 1, save_to=tmp_path / "after_1")
     replay_step(run, 2, checkpoint=tmp_path / "after_1", save_to=tmp_path / "after_2")
     last = replay_step(run, 3, checkpoint=tmp_path / "after_2")

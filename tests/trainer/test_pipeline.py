@@ -55,7 +55,7 @@ class Trainer:
         self.started = {s: threading.Event() for s in range(10)}
         self.block_on = block_on
 
-    async def collect(self, step: int) -> Drawn:
+    async def collect(self, step: int, engine: object) -> Drawn:
         self.engine.in_flight = True
         self.started[step].set()
         await asyncio.sleep(0.01)

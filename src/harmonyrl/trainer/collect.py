@@ -14,7 +14,7 @@ from harmonyrl.rollout.sampling import sample_step
 from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult
 from harmonyrl.rollout.task_stream import TaskSource
 from harmonyrl.rollout.team import run_rollouts
-from harmonyrl.trainer.pipeline import Collect, Drawn
+from harmonyrl.trainer.pipeline import Collect, Drawn, StepDraws
 from harmonyrl.trainer.reward_setup import RunRewarder
 from harmonyrl.trainer.setup import with_faults
 from harmonyrl.types import SamplingParams
@@ -37,21 +37,23 @@ def make_collect(
     source: TaskSource,
     rewarder: RunRewarder | None,
 ) -> Collect:
-    """``collect(step)``: step ``step``'s episodes on the engine as it is now. The seed is a function of the run's
+    """``collect(step, on)``: step ``step``'s episodes on engine copy ``on`` (``engine`` or one of the pipeline's
+    replicas of it), with the weights it holds now. The seed is a function of the run's
     seed and the step alone, so a step's batch never depends on when it is collected."""
     r = config.rollout
     params = rollout_params(config, tok)
 
-    async def collect(step: int) -> Drawn:
+    async def collect(step: int, on: Engine) -> Drawn:
         step_factory = with_faults(factory, config.env_faults, step)  # ``factory`` itself unless faults are on
 
         async def run(requests: Sequence[EpisodeRequest]) -> RolloutResult:
-            result = await run_rollouts(engine, step_factory, tok, requests, params, limits, r.engine.concurrency,
+            result = await run_rollouts(on, step_factory, tok, requests, params, limits, r.engine.concurrency,
                                         r.retry_faulted_groups)  # fmt: skip  # a team env: its roles in turn
             return result if rewarder is None else await rewarder.rescore(result)  # learned / judged terms
 
         seed = config.seed * 100_003 + step
-        sampled = await sample_step(run, source, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
-        return Drawn(sampled, step_factory, source.state())
+        draws = StepDraws(source)  # the source's position after this step's draws, not a later batch's
+        sampled = await sample_step(run, draws, step, r.tasks_per_step, r.group_size, seed, config.rl.sampling)
+        return Drawn(sampled, step_factory, draws.after)
 
     return collect

@@ -3,9 +3,15 @@
 **Schedule.** Policy version v is the weights after v RL steps. With k = 0 (the default) step s trains on a batch
 sampled by the current weights and the weights go to the engine after each applied update: today's loop, the
 same calls in the same order. With k > 0 the batch of step s is sampled by version ``max(0, s - k)``, so while
-step s trains (in a worker thread) the engine collects batches s+1 … s+k, whose versions already exist. One
-engine holds one weight copy, so the batches run one after another in step order; before each, the engine loads
-its version from a snapshot (at most k + 1 are kept; no generation is pending then, as ``sync_weights`` needs).
+step s trains (in a worker thread) the engine collects batches s+1 … s+k, whose versions already exist.
+
+**Engine copies.** At most k + 1 batches are in flight (batch s needs version s - k, which exists only once batch
+s - k - 1 has been trained on), so an engine that can :meth:`~harmonyrl.engine.local.engine.LocalEngine.replica`
+itself gets k + 1 copies and batch s runs on copy ``s mod (k + 1)``, free by the same argument. The copies share
+the event loop: one batch's tool waits are filled by another batch's decode steps. Before a batch starts, its copy
+loads the batch's version from a snapshot if it holds another (at most k + 1 snapshots are kept; nothing is
+pending on that copy then, as ``sync_weights`` needs). An engine without ``replica`` (the vLLM client) runs the
+batches one after another in step order on its one weight copy.
 
 **Staleness policy: drop and count.** A sample whose version lags the trainer's by more than k is never
 trained on (invariant 10): it is dropped from the step and counted in ``async/dropped``. With this schedule every
@@ -28,6 +34,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -37,9 +44,9 @@ from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.rollout.sampling import SampledStep
 from harmonyrl.rollout.scheduler import RolloutResult
-from harmonyrl.rollout.task_stream import SourceState
+from harmonyrl.rollout.task_stream import SourceState, TaskSource
 from harmonyrl.trainer.update_result import UpdateResult
-from harmonyrl.types import Trajectory
+from harmonyrl.types import Task, Trajectory
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -54,8 +61,41 @@ class Drawn:
     source_state: SourceState
 
 
-Collect = Callable[[int], Awaitable[Drawn]]
-"""Runs step ``s``'s episodes on the engine as it is now."""
+Collect = Callable[[int, Engine], Awaitable[Drawn]]
+"""Runs step ``s``'s episodes on the given engine copy, with the weights it holds now."""
+
+
+class StepDraws:
+    """The run's task source as one step's batch sees it: draws go through to the source, and the source's position
+    right after this batch's last draw is kept (:attr:`after`). With batches overlapping on engine copies, a later
+    batch draws before this one ends, so the position when it ends would include that later draw."""
+
+    def __init__(self, source: TaskSource) -> None:
+        self.source = source
+        self.after: SourceState = source.state()
+
+    def draw(self, step: int, n: int) -> list[Task]:
+        """The source's next ``n`` tasks; remembers its position after them."""
+        tasks = self.source.draw(step, n)
+        self.after = self.source.state()
+        return tasks
+
+    def observe(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """The source's own :meth:`~harmonyrl.rollout.task_stream.TaskSource.observe`."""
+        return self.source.observe(trajectories)
+
+    def state(self) -> SourceState:
+        """The source's position now."""
+        return self.source.state()
+
+
+@runtime_checkable
+class Replicable(Protocol):
+    """An engine that can make a copy of itself with its own weights (the embedded engine)."""
+
+    def replica(self) -> Engine:
+        """A copy holding the same weights and version, with its own caches and worker."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -117,11 +157,15 @@ class Pipeline:
         steps: int,
         version: int,
         snapshots: Mapping[int, StateDict],
+        copies: Sequence[Engine] = (),
     ) -> None:
         """``first``: the next step to train; ``steps``: the run's last step + 1; ``version``: the version of the
-        weights the trainer holds now; ``snapshots``: the versions the next batches need (async mode)."""
+        weights the trainer holds now; ``snapshots``: the versions the next batches need (async mode);
+        ``copies``: further engine copies beside ``engine`` (async mode: k of them, or none)."""
         self.k = cfg.max_staleness
         self.engine = engine
+        self.engines: tuple[Engine, ...] = () if engine is None else (engine, *copies)
+        """Copy 0 is the run's engine (the one evaluations use); batch s runs on copy ``s mod len``."""
         self.collect = collect
         self.steps = steps
         self.version = version
@@ -131,6 +175,11 @@ class Pipeline:
         """The first step whose batch has not been started."""
         self._busy_done = 0.0
         self._busy_since: float | None = None
+        self._in_flight = 0
+        """Batches being collected now (several at once on engine copies)."""
+        self._drawing: dict[int, asyncio.Event] = {}
+        """Per started step: set once its batch has begun collecting, i.e. drawn its tasks (the first thing a
+        collection does, before it awaits anything), so that batches draw in step order whatever the timing."""
         self._waited = 0.0
         self._sync_s = 0.0
         """Seconds of this step's weight sync after its update (k = 0; async batches load theirs while collecting)."""
@@ -148,19 +197,26 @@ class Pipeline:
         steps: int,
         resumed: Mapping[str, object] | None,
         weights: Callable[[], StateDict],
+        copies: bool = True,
     ) -> Pipeline:
         """The pipeline at RL step ``first``: fresh (version 0, the engine's weights), or as a checkpoint's
         :meth:`state` left it (``resumed``). ``weights()``: the trainer's weights now. A resumed engine holds them
-        already; it is told their version so its samples record the same versions as an uninterrupted run's."""
+        already; it is told their version so its samples record the same versions as an uninterrupted run's.
+        ``copies``: in async mode, replicate a :class:`Replicable` engine so that batches overlap (False: one
+        copy, e.g. when the policy's engine also judges rewards and must hold the batch's version)."""
         version, snapshots = 0, {}
         if resumed is not None:
             version = int(resumed["version"])  # type: ignore[call-overload]
             snapshots = dict(resumed["snapshots"])  # type: ignore[call-overload]
         if engine is not None and engine.policy_version != version:
             await engine.sync_weights(weights(), version)
+        replicas: list[Engine] = []
         if cfg.enabled:
             snapshots[version] = snapshot(weights())
-        return Pipeline(cfg, engine, collect, first, steps, version, snapshots)
+            can: object = engine  # the Engine protocol has no replica(): ask the object itself
+            if copies and isinstance(can, Replicable):
+                replicas = [can.replica() for _ in range(cfg.max_staleness)]
+        return Pipeline(cfg, engine, collect, first, steps, version, snapshots, replicas)
 
     # ------------------------------------------------------------------ what the loop calls
 
@@ -201,11 +257,14 @@ class Pipeline:
 
     async def drain(self) -> None:
         """Let the batches running ahead finish and load the trainer's weights into the engine (before an
-        evaluation, and at the end); later batches load their own version again before they start."""
+        evaluation, and at the end); later batches load their own version again before they start. The other
+        copies' workers stop (they start again with their next batch)."""
         if self.k == 0 or self.engine is None:
             return
         for task in list(self._tasks.values()):
             await asyncio.wait([task])
+        for copy_ in self.engines[1:]:
+            await copy_.close()
         if self.engine.policy_version != self.version:
             await self.engine.sync_weights(self.snapshots[self.version], self.version)
 
@@ -235,40 +294,64 @@ class Pipeline:
     # ------------------------------------------------------------------ inside
 
     def _busy(self, now: float) -> float:
-        """Seconds a batch has been in flight since the pipeline started, up to ``now``."""
+        """Seconds at least one batch has been in flight since the pipeline started, up to ``now``."""
         return self._busy_done + (now - self._busy_since if self._busy_since is not None else 0.0)
 
     def _start_ready(self) -> None:
         """Start every batch whose version exists: step s samples with version max(0, s - k)."""
         while self._next < self.steps and max(0, self._next - self.k) <= self.version:
             step, weights = self._next, self.snapshots[max(0, self._next - self.k)]
-            before = self._tasks.get(step - 1)
+            # the batch that last used this copy (one copy: the step before) must have left it; with k + 1
+            # copies that batch has been consumed already (module docstring), so this never waits
+            before = self._tasks.get(step - max(len(self.engines), 1))
+            self._drawing[step] = asyncio.Event()
             self._tasks[step] = asyncio.ensure_future(self._after(before, step, weights))
             self._next += 1
 
     async def _after(self, before: asyncio.Task[Collected] | None, step: int, weights: StateDict) -> Collected:
-        """Batch ``step``, once the batch before it has left the engine."""
+        """Batch ``step``, once the batch before it on the same engine copy has left it."""
         if before is not None:
             await asyncio.wait([before])
         return await self._run(step, weights)
 
     async def _run(self, step: int, weights: StateDict | None) -> Collected:
-        """Load ``weights`` (version ``max(0, step - k)``) if the engine holds another version, then collect."""
-        assert self.engine is not None, "only the process that owns the engine collects"
+        """Load ``weights`` (version ``max(0, step - k)``) into the step's engine copy if it holds another
+        version, then collect on it."""
+        assert self.engines, "only the process that owns the engine collects"
+        engine = self.engines[step % len(self.engines)]
         version = max(0, step - self.k)
-        if weights is not None and self.engine.policy_version != version:
-            await self.engine.sync_weights(weights, version)
-        window = self.engine.metrics_window()
-        t0 = self._busy_since = time.perf_counter()
+        if weights is not None and engine.policy_version != version:
+            await engine.sync_weights(weights, version)
+        if (previous := self._drawing.pop(step - 1, None)) is not None:
+            await previous.wait()  # batch step - 1 draws its tasks first
+        if (mine := self._drawing.get(step)) is not None:
+            mine.set()  # waiters resume only after this task's next suspension, i.e. after its draw
+        window = engine.metrics_window()
+        t0 = time.perf_counter()
+        self._enter(t0)
         try:
-            drawn = await self.collect(step)
+            drawn = await self.collect(step, engine)
         finally:
-            self._busy_done += time.perf_counter() - t0
-            self._busy_since = None
+            self._leave(time.perf_counter())
         batch_s = time.perf_counter() - t0
         engine_metrics = window(batch_s) if window is not None else {}
         trainer_version = step if self.k > 0 else self.version
         kept, metrics = staleness_metrics(drawn.sampled.trained, trainer_version, self.k)
         metrics |= drawn.sampled.metrics | {"time/batch_s": batch_s}
+        if self.k > 0:  # k = 0 keeps today's keys
+            metrics["async/engine_copies"] = float(len(self.engines))
         rollout = drawn.sampled.rollout
         return Collected(kept, rollout, drawn.factory, engine_metrics, batch_s, metrics, drawn.source_state)
+
+    def _enter(self, now: float) -> None:
+        """A batch starts: the engine counts as busy from now while any batch is in flight."""
+        if self._in_flight == 0:
+            self._busy_since = now
+        self._in_flight += 1
+
+    def _leave(self, now: float) -> None:
+        """A batch ends: the busy interval closes when it was the last one in flight."""
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._busy_since is not None:
+            self._busy_done += now - self._busy_since
+            self._busy_since = None

@@ -192,13 +192,17 @@ async def open_rl_phase(
         collect = make_collect(config, engine, ctx.factory, ctx.tok, limits, source, rewarder)
     # rollouts of later steps run ahead of the update with rl.async.max_staleness > 0 (trainer/pipeline.py)
     check_pipeline(config.rl.async_, ctx.world)
+    # batches overlap on engine copies unless the policy's engine also judges, or dynamic sampling's extra draws
+    # (mid-batch) would interleave with another batch's: then one copy, batches in turn (docs/async.md)
+    judge_apart = rewarder is None or config.reward.judge is None or rewarder.own_engine is not None
+    overlap = judge_apart and not config.rl.sampling.filter_uniform_groups
     pipeline = await Pipeline.create(config.rl.async_, engine, collect, resumed.step if resumed else 0,
                                      config.rl.steps, resumed.state.get("pipeline") if resumed else None,
-                                     lambda: merged_state_dict(ctx.model))  # fmt: skip
+                                     lambda: merged_state_dict(ctx.model), copies=overlap)  # fmt: skip
     phase = RLPhase(ctx, learner, pipeline, source, breaker, skipped, rewarder, held_out)
     return phase, resumed.step if resumed is not None else 0
 
 
-async def _no_collect(step: int) -> Drawn:
+async def _no_collect(step: int, on: Engine) -> Drawn:
     """The collector of a rank without the engine: the pipeline never calls it there."""
     raise RuntimeError(f"step {step}: only rank 0 collects rollouts")

@@ -117,6 +117,8 @@ class LocalEngine:
         """Keys/values of shared prompt heads and of finished conversations (:mod:`.prefix_cache`)."""
         self._prefill = Prefill(self._fwd, self._native, self._prefixes, self._routing, self.stats)
         """New prompts into their slots after their longest cached prefix (:mod:`.prefill`)."""
+        self._settings = (dtype, sinks, prefix_cache_mib)
+        """What :meth:`replica` builds its copy with, beside the attributes above."""
 
     # ---------------------------------------------------------------- public API
 
@@ -155,6 +157,25 @@ class LocalEngine:
         """The ``Engine`` protocol's weight sync: an in-process copy (:meth:`load_weights`)."""
         self.load_weights(state_dict)
         self.policy_version = version
+
+    def replica(self) -> LocalEngine:
+        """A second engine with the same settings and a copy of the weights this one holds now (its version too),
+        but its own KV cache, prefix cache and worker: the async pipeline runs batches of different policy
+        versions on copies at once (docs/async.md). A row's result does not depend on which copy runs it."""
+        dtype, sinks, prefix_cache_mib = self._settings
+        copy_ = LocalEngine(
+            self._model,
+            max_batch=self.max_batch,
+            max_seq_len=self.max_seq_len,
+            dtype=dtype,
+            sinks=sinks,
+            record_routing=self._routing is not None,
+            prefix_cache_mib=prefix_cache_mib,
+            kernel="native" if self._native is not None else "torch",
+            device=self.device,
+        )
+        copy_.policy_version = self.policy_version
+        return copy_
 
     def metrics_window(self) -> MetricsWindow:
         """Open a window over :attr:`stats`; closing it gives the ``engine/*`` metrics of the work done in it."""
