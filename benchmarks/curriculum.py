@@ -2,15 +2,16 @@
 
     python benchmarks/curriculum.py [--steps 10] [--warm CKPT] [--out DIR] [key=value ...]
 
-The task: the calculator with longer numbers (``env.levels``: level L appends L digits to every operand,
-docs/curriculum.md), training levels ``--levels``, held-out levels ``--test-levels``. One warm start, the
-default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a checkpoint), is shared by
-three RL arms with the same seed, steps and episodes per step:
+The task: the calculator with longer numbers (``env.levels``: level L appends L digits to the last operand,
+docs/curriculum.md), training levels ``--levels`` (0-3), held-out levels ``--test-levels`` (1-3: the harder
+end). One warm start, the default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a
+checkpoint), is shared by three RL arms with the same seed, steps and episodes per step:
 
 * ``plain``: the training split in order (what every run did before);
 * ``dynamic``: the same stream, with ``rl.sampling.filter_uniform_groups`` refilling the batch (its extra groups
   are extra rollouts: the arm samples more episodes than the others, up to ``max_extra_groups`` per step);
-* ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.5 pass rate, opening harder levels by schedule.
+* ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.2 pass rate (the frontier), levels 0-1 open at
+  first, the next one opened once the hardest open one passes 40 % (``open_at``).
 
 Each arm evaluates held-out pass@1 every ``--eval-every`` steps. Reported per arm: the first evaluated step and
 the training minutes (sum of ``time/step_s``) at which pass@1 reached ``--target``, and the final pass@1. Times
