@@ -122,7 +122,8 @@ class Curriculum:
         self.opened = len(self._members)
         """Buckets open at the last draw."""
         self.unlocked = 0
-        """Buckets opened so far by the pass-rate rule (``open_at``); the schedule may have opened more."""
+        """Buckets open after the last observed step, counting the one ``open_at`` may have added: a level opened
+        by rate stays open whatever the schedule says."""
 
     def rate(self, bucket: str) -> float:
         """The bucket's running pass rate (the prior until it has been seen)."""
@@ -172,7 +173,7 @@ class Curriculum:
         return metrics
 
     def state(self) -> SourceState:
-        """Rates, cursors and the draw count, as plain containers."""
+        """Rates, cursors, the draw count and the open count kept for ``open_at``, as plain containers."""
         return {
             "kind": "curriculum",
             "rates": dict(self.rates),
