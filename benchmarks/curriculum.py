@@ -2,15 +2,16 @@
 
     python benchmarks/curriculum.py [--steps 10] [--warm CKPT] [--out DIR] [key=value ...]
 
-The task: the calculator with longer numbers (``env.levels``: level L appends L digits to every operand,
-docs/curriculum.md), training levels ``--levels``, held-out levels ``--test-levels``. One warm start, the
-default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a checkpoint), is shared by
-three RL arms with the same seed, steps and episodes per step:
+The task: the calculator with longer numbers (``env.levels``: level L appends L digits to the last operand,
+docs/curriculum.md), training levels ``--levels`` (0-3), held-out levels ``--test-levels`` (1-3: the harder
+end). One warm start, the default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a
+checkpoint), is shared by three RL arms with the same seed, steps and episodes per step:
 
 * ``plain``: the training split in order (what every run did before);
 * ``dynamic``: the same stream, with ``rl.sampling.filter_uniform_groups`` refilling the batch (its extra groups
   are extra rollouts: the arm samples more episodes than the others, up to ``max_extra_groups`` per step);
-* ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.5 pass rate, opening harder levels by schedule.
+* ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.2 pass rate (the frontier), levels 0-1 open at
+  first, the next one opened once the hardest open one passes 40 % (``open_at``).
 
 Each arm evaluates held-out pass@1 every ``--eval-every`` steps. Reported per arm: the first evaluated step and
 the training minutes (sum of ``time/step_s``) at which pass@1 reached ``--target``, and the final pass@1. Times
@@ -37,7 +38,14 @@ from harmonyrl.trainer.loop import sft_only, train
 ARMS: dict[str, list[str]] = {
     "plain": [],
     "dynamic": ["rl.sampling.filter_uniform_groups=true", "rl.sampling.max_extra_groups=8"],
-    "curriculum": ["rl.curriculum.target=0.5", "rl.curriculum.start_levels=1", "rl.curriculum.widen_every=4"],
+    # target 0.2: the frontier level (pass rate 0-0.4 when opened) is drawn most, not level 0 (0.3-0.6); the next
+    # level opens once the hardest open one passes 40 % (ema 0.1: not on one lucky group; docs/curriculum.md)
+    "curriculum": [
+        "rl.curriculum.target=0.2",
+        "rl.curriculum.ema=0.1",
+        "rl.curriculum.start_levels=2",
+        "rl.curriculum.open_at=0.4",
+    ],
 }
 
 
@@ -72,9 +80,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10, help="RL steps per arm (the budget)")
     parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--levels", default="0,2", help="training levels LO,HI")
-    parser.add_argument("--test-levels", default="0,2", help="held-out levels LO,HI")
-    parser.add_argument("--target", type=float, default=0.15, help="held-out pass@1 counted as reached")
+    parser.add_argument("--levels", default="0,3", help="training levels LO,HI")
+    parser.add_argument("--test-levels", default="1,3", help="held-out levels LO,HI")
+    parser.add_argument("--target", type=float, default=0.10, help="held-out pass@1 counted as reached")
     parser.add_argument("--warm", type=Path, default=None, help="an SFT checkpoint to start from (default: train)")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temp dir)")
@@ -107,6 +115,7 @@ def main() -> None:
         run = [*base, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}", *ARMS[name]]
         asyncio.run(train(load_config(None, run), console, overwrite=True))
         arms.append(_read(out / name, name, args.target))
+    arms.sort(key=lambda a: list(ARMS).index(a.name))  # the RESULT keys in one order, whatever order ran
     print(f"warm start {warm}; {' '.join(base)}; load average {os.getloadavg()[0]:.1f}")
     print("| arm | pass@1 before | final | steps→target | min→target | RL minutes | episodes | curve |")
     print("|---|---|---|---|---|---|---|---|")

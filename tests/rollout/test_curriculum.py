@@ -7,11 +7,13 @@ import math
 
 import pytest
 
+from harmonyrl.config import ConfigError, load_config
 from harmonyrl.rollout.curriculum import (
     Curriculum,
     CurriculumConfig,
     bucket_weights,
     open_buckets,
+    opened_by_rate,
     updated_rate,
 )
 from harmonyrl.types import Task, Trajectory
@@ -50,6 +52,15 @@ def test_open_buckets_by_hand() -> None:
     assert open_buckets(100, 8, 2, 2) == 8  # never more than there are
     assert open_buckets(100, 8, 2, 0) == 2  # no widening
     assert open_buckets(0, 8, None, 0) == 8  # no schedule: all open
+
+
+def test_opened_by_rate_by_hand() -> None:
+    assert opened_by_rate(2, 4, 0.5, 0.4) == 3  # the hardest open bucket passes 0.4: one more opens
+    assert opened_by_rate(2, 4, 0.4, 0.4) == 3  # reaching the threshold is enough
+    assert opened_by_rate(2, 4, 0.39, 0.4) == 2
+    assert opened_by_rate(2, 4, None, 0.4) == 2  # not measured yet
+    assert opened_by_rate(4, 4, 1.0, 0.4) == 4  # never more than there are
+    assert opened_by_rate(2, 4, 1.0, None) == 2  # no rule
 
 
 def test_updated_rate_by_hand() -> None:
@@ -108,3 +119,36 @@ def test_without_difficulty_every_task_is_its_own_bucket() -> None:
     assert "curriculum/mean_level" not in c.observe([])
     with pytest.raises(ValueError, match="reports task difficulty"):
         Curriculum(TASKS, None, CurriculumConfig(start_levels=1), seed=0)
+
+
+def test_open_at_opens_the_next_level_once_the_hardest_open_one_passes_and_keeps_it_open() -> None:
+    cfg = CurriculumConfig(start_levels=1, open_at=0.6, ema=0.5, target=0.5)
+    c = Curriculum(TASKS, level, cfg, seed=0)
+    assert {level(t) for t in c.draw(0, 8)} == {1}
+    c.observe([_traj("t0", 0, 1.0)] * 4)  # level 1: 0.5 + 0.5 × (1 − 0.5) = 0.75 ≥ 0.6
+    assert {level(t) for t in c.draw(1, 40)} == {1, 2}
+    c.observe([_traj("t4", 1, 0.0)] * 4)  # level 2: 0.5 − 0.25 = 0.25 < 0.6: level 3 stays closed
+    assert {level(t) for t in c.draw(2, 40)} == {1, 2}
+    c.observe([_traj("t0", 2, 0.0)] * 4)  # level 1 falls to 0.375: level 2 stays open all the same
+    c.draw(3, 1)
+    assert c.opened == 2 and c.state()["unlocked"] == 2
+
+
+def test_open_at_state_survives_a_resume_and_old_states_load() -> None:
+    cfg = CurriculumConfig(start_levels=1, open_at=0.6, ema=1.0)
+    c = Curriculum(TASKS, level, cfg, seed=0)
+    c.draw(0, 4)
+    c.observe([_traj("t0", 0, 1.0)])
+    resumed = Curriculum(TASKS, level, cfg, seed=0)
+    resumed.load(c.state())
+    assert resumed.draw(1, 30) == c.draw(1, 30) and c.opened == resumed.opened == 2
+    old = {k: v for k, v in c.state().items() if k != "unlocked"}  # written before open_at existed
+    fresh = Curriculum(TASKS, level, cfg, seed=0)
+    fresh.load(old)
+    assert fresh.unlocked == 0
+
+
+def test_open_at_needs_start_levels_a_one_line_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"open_at needs rl\.curriculum\.start_levels") as caught:
+        load_config(None, ["env.levels=[0,2]", "rl.curriculum.open_at=0.5"])
+    assert "\n" not in str(caught.value)

@@ -1,4 +1,4 @@
-"""Calculator difficulty levels (``env.levels``): the usual shapes with L digits added to every operand, reported per
+"""Calculator difficulty levels (``env.levels``): the usual shapes with L digits added to the last operand, reported per
 task; without levels, the tasks are unchanged."""
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from harmonyrl.tasks.calculator import CalculatorFactory, expert_demo, expressio
 LEVELLED = CalculatorFactory(seed=0, n_train=600, n_test=60, levels=(0, 5), test_levels=(4, 5))
 
 
-def test_a_level_l_problem_widens_every_operand_by_l_digits() -> None:
+def test_a_level_l_problem_widens_the_last_operand_by_l_digits() -> None:
     for task in LEVELLED.tasks("train"):
         expr = expression_of(task)
         level = LEVELLED.difficulty(task)
         assert level is not None and 0 <= level <= 5
         numbers = re.findall(r"\d+", expr)
         assert 3 <= len(numbers) <= 4  # the usual shapes: 3 or 4 operands
-        assert min(len(n) for n in numbers) >= 1 + level  # every shape's operands have at least 1 digit
-        assert max(len(n) for n in numbers) <= 4 + level  # and at most 4 (the added constant of a * b + c)
+        # the other operands keep the usual shapes' 2-3 digits (every shape's first operand has at least 2)
+        assert all(2 <= len(n) <= 3 for n in numbers[:-1])
+        # the last operand: 1-4 digits in the usual shapes (3..19 to 100..9999), plus L
+        assert 1 + level <= len(numbers[-1]) <= 4 + level
         assert str(evaluate(expr)) == task.answer
 
 

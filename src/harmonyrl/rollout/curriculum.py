@@ -12,8 +12,10 @@ so unseen buckets are tried early).
 :func:`bucket_weights` (a Gaussian bump of width ``width`` around ``target``, plus a floor so no open bucket
 starves), then the bucket's next task in split order. Only the open buckets are drawn: with ``start_levels``
 the easiest ``start_levels`` buckets are open at step 0 and one more opens every ``widen_every`` steps
-(:func:`open_buckets`). Randomness is a function of the run seed and the draw's index, and the rates, cursors
-and draw count are saved with every checkpoint (:meth:`Curriculum.state`): a resumed run draws what an
+(:func:`open_buckets`); with ``open_at`` the next one also opens as soon as the hardest open bucket's
+measured pass rate reaches ``open_at`` (:func:`opened_by_rate`; at most one per step, never closed again).
+Randomness is a function of the run seed and the draw's index, and the rates, cursors, draw count and the count
+opened by rate are saved with every checkpoint (:meth:`Curriculum.state`): a resumed run draws what an
 uninterrupted one would.
 """
 
@@ -52,12 +54,16 @@ class CurriculumConfig(Frozen):
     """Difficulty levels open at the first RL step, easiest first (null: all); needs an env that reports
     difficulty (e.g. the calculator's ``env.levels``)."""
     widen_every: int = Field(0, ge=0)
-    """RL steps between opening the next harder level (0: never widen beyond ``start_levels``)."""
+    """RL steps between opening the next harder level (0: never widen beyond ``start_levels`` by schedule)."""
+    open_at: float | None = Field(None, gt=0, le=1)
+    """Also open the next harder level once the hardest open level's measured pass rate reaches this (null: by
+    schedule only)."""
 
     @model_validator(mode="after")
     def _widen_needs_start(self) -> CurriculumConfig:
-        if self.widen_every > 0 and self.start_levels is None:
-            raise ValueError("rl.curriculum.widen_every needs rl.curriculum.start_levels (how many levels open first)")
+        for name, value in (("widen_every", self.widen_every or None), ("open_at", self.open_at)):
+            if value is not None and self.start_levels is None:
+                raise ValueError(f"rl.curriculum.{name} needs rl.curriculum.start_levels (how many levels open first)")
         return self
 
 
@@ -75,6 +81,14 @@ def open_buckets(step: int, n_buckets: int, start: int | None, widen_every: int)
         return n_buckets
     widened = step // widen_every if widen_every > 0 else 0
     return min(n_buckets, start + widened)
+
+
+def opened_by_rate(open_now: int, n_buckets: int, hardest_rate: float | None, open_at: float | None) -> int:
+    """Buckets open after a step: one more than ``open_now`` when the hardest open bucket's measured pass rate
+    (None: not measured yet) reached ``open_at`` (None: never by rate)."""
+    if open_at is None or hardest_rate is None or hardest_rate < open_at:
+        return open_now
+    return min(n_buckets, open_now + 1)
 
 
 def updated_rate(rate: float, passed: float, ema: float) -> float:
@@ -107,6 +121,9 @@ class Curriculum:
         self.draws = 0
         self.opened = len(self._members)
         """Buckets open at the last draw."""
+        self.unlocked = 0
+        """Buckets open after the last observed step, counting the one ``open_at`` may have added: a level opened
+        by rate stays open whatever the schedule says."""
 
     def rate(self, bucket: str) -> float:
         """The bucket's running pass rate (the prior until it has been seen)."""
@@ -116,7 +133,7 @@ class Curriculum:
     def draw(self, step: int, n: int) -> list[Task]:
         """``n`` tasks: a bucket by :func:`bucket_weights` among the open ones, then that bucket's next task."""
         cfg = self._cfg
-        self.opened = open_buckets(step, len(self._members), cfg.start_levels, cfg.widen_every)
+        self.opened = max(open_buckets(step, len(self._members), cfg.start_levels, cfg.widen_every), self.unlocked)
         names = list(self._members)[: self.opened]
         weights = bucket_weights([self.rate(b) for b in names], cfg.target, cfg.width, cfg.floor)
         chosen = []
@@ -142,6 +159,8 @@ class Curriculum:
                 continue
             passed = sum(t.reward >= self._cfg.pass_reward for t in group) / len(group)
             self.rates[bucket] = updated_rate(self.rate(bucket), passed, self._cfg.ema)
+        hardest = list(self._members)[self.opened - 1]
+        self.unlocked = opened_by_rate(self.opened, len(self._members), self.rates.get(hardest), self._cfg.open_at)
         return self._metrics(trajectories)
 
     def _metrics(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -154,14 +173,23 @@ class Curriculum:
         return metrics
 
     def state(self) -> SourceState:
-        """Rates, cursors and the draw count, as plain containers."""
-        return {"kind": "curriculum", "rates": dict(self.rates), "cursors": dict(self.cursors), "draws": self.draws}
+        """Rates, cursors, the draw count and the open count kept for ``open_at``, as plain containers."""
+        return {
+            "kind": "curriculum",
+            "rates": dict(self.rates),
+            "cursors": dict(self.cursors),
+            "draws": self.draws,
+            "unlocked": self.unlocked,
+        }
 
     def load(self, state: SourceState) -> None:
         """Continue from :meth:`state`'s output."""
         rates, cursors, draws = state["rates"], state["cursors"], state["draws"]
+        unlocked = state.get("unlocked", 0)  # absent in checkpoints from before ``open_at``: nothing opened by rate
         if not isinstance(rates, dict) or not isinstance(cursors, dict) or not isinstance(draws, int):
+            raise ValueError("the checkpoint's curriculum state is malformed")
+        if not isinstance(unlocked, int):
             raise ValueError("the checkpoint's curriculum state is malformed")
         self.rates = {str(k): float(v) for k, v in rates.items()}
         self.cursors = {str(k): int(v) for k, v in cursors.items()}
-        self.draws = draws
+        self.draws, self.unlocked = draws, unlocked

@@ -11,9 +11,11 @@ generation is prefix-stable: the first k tasks of a split do not depend on ``n_t
 
 **Difficulty levels** (``env.levels``, for curricula: docs/curriculum.md). With ``levels=(lo, hi)`` every
 problem gets a level L drawn uniformly from ``lo..hi``: one of the five shapes with L random digits appended to
-every operand (level 0 is the shape itself), so a harder problem has longer numbers to copy into the tool and a
-longer result to copy out, in the layout the default warm start learned. The factory reports each task's level
-(:meth:`CalculatorFactory.difficulty`). Widened problems are keyed by their text (no operand sorting).
+its last operand (level 0 is the shape itself), so a harder problem has a longer number to copy into the tool and
+a longer result to copy out, in the layout the default warm start learned. One operand, not every one: the warm
+start copies numbers only as long as those it was trained on, and one digit more on every operand was a cliff
+(0 % from the warm start) where one digit more on the last operand is not (docs/curriculum.md). The factory
+reports each task's level (:meth:`CalculatorFactory.difficulty`). Widened problems are keyed by their text.
 """
 
 from __future__ import annotations
@@ -102,15 +104,13 @@ def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ..
     raise RuntimeError(f"could not draw {n_train} train + {n_test} test distinct problems")
 
 
-_NUMBER = re.compile(r"\d+")
-
-
 def _widened(r: random.Random, level: int) -> Problem:
-    """One of the five shapes with ``level`` random digits appended to every operand (level 0: the shape itself)."""
+    """One of the five shapes with ``level`` random digits appended to its last operand (level 0: the shape)."""
     base = r.choice(SHAPES)(r)
     if level == 0:
         return base
-    text = _NUMBER.sub(lambda m: m.group(0) + "".join(r.choice("0123456789") for _ in range(level)), base.expression)
+    # every shape's text ends with its last operand, so appending to the text widens that operand
+    text = base.expression + "".join(r.choice("0123456789") for _ in range(level))
     return Problem(text, f"w{level}:{text}", int(evaluate(text)))
 
 
@@ -235,7 +235,7 @@ class CalculatorFactory:
         return CalculatorEnv(task, self._toolbox)
 
     def difficulty(self, task: Task) -> int | None:
-        """The task's level (digits added to every operand) with ``levels`` set; None without."""
+        """The task's level (digits added to the last operand) with ``levels`` set; None without."""
         return self._levels.get(task.id)
 
 
