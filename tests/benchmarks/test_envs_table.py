@@ -65,7 +65,21 @@ def test_table_has_one_row_per_env_with_figures_or_the_reason(tmp_path: Path) ->
     assert calc[:7] == ["| calculator", "25.0% → 50.0%", "+25.0", "50.0% → 75.0%", "**yes**", "3.0", "2.0 → 3.0"]
     maze_budget = bench.budget_of(load_config(bench.PRESETS / "maze.yaml", []))
     assert maze_budget.startswith("micro; SFT ") and "; RL " in maze_budget
-    assert lines[3] == f"| maze | not run (budget) | — | — | no | — | — | {maze_budget} |"
+    assert calc[7] == "—"  # no metrics.jsonl: no tool-call rates
+    assert lines[3] == f"| maze | not run (budget) | — | — | no | — | — | — | {maze_budget} |"
+
+
+def test_tool_call_rates_are_the_first_and_last_evaluation(tmp_path: Path) -> None:
+    fake_run(tmp_path, "sql", 0.1, 0.2)
+    rates = ((0, 0.49), (10, 0.3), (20, 0.04))  # before RL, an eval.every evaluation, after RL
+    evals = [{"phase": "eval", "step": s, "eval/tool_call_rate": rate} for s, rate in rates]
+    rows = [{"phase": "sft", "step": 0, "sft/loss": 1.0}, evals[0], {"phase": "rl", "step": 1}, *evals[1:]]
+    (tmp_path / "sql" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    row = bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x")
+    assert row.tool_calls == (0.49, 0.04)
+    assert bench.table([row])[2].split(" | ")[7] == "49.0% → 4.0%"
+    (tmp_path / "sql" / "metrics.jsonl").write_text(json.dumps(evals[0]) + "\n")  # one evaluation: no pair
+    assert bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x").tool_calls is None
 
 
 def test_plot_is_written_with_a_missing_env(tmp_path: Path) -> None:
