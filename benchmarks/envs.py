@@ -47,6 +47,9 @@ class EnvRow:
     greedy_after: float | None = None
     minutes: float | None = None
     load: str = ""
+    tool_calls: tuple[float, float] | None = None
+    """Held-out tool-call rate (sampled) before and after RL: a policy that learns to answer without its tools shows
+    here first (sql's did)."""
 
     @property
     def learned(self) -> bool:
@@ -77,7 +80,17 @@ def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRo
     side = out / f"{env}.bench.json"
     load = json.loads(side.read_text()).get("load", "") if side.is_file() else ""
     return EnvRow(env, budget, "done", s["success_before"], s["success_after"], s["greedy_success_before"],
-                  s["greedy_success_after"], s["minutes"], load)  # fmt: skip
+                  s["greedy_success_after"], s["minutes"], load, tool_call_rates(run / "metrics.jsonl"))  # fmt: skip
+
+
+def tool_call_rates(metrics: Path) -> tuple[float, float] | None:
+    """``eval/tool_call_rate`` of the first and last held-out evaluation in ``metrics`` (before and after RL), or
+    None without two evaluations that report it."""
+    if not metrics.is_file():
+        return None
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    rates = [r["eval/tool_call_rate"] for r in rows if r.get("phase") == "eval" and "eval/tool_call_rate" in r]
+    return (rates[0], rates[-1]) if len(rates) >= 2 else None
 
 
 def where_stopped(run: Path) -> str:
@@ -131,15 +144,18 @@ def fmt(x: float | None) -> str:
 def table(rows: list[EnvRow]) -> list[str]:
     """The markdown table: one row per env; an env without figures says why in the result column."""
     lines = ["| env | held-out pass@1 before → after | gain (pp) | greedy before → after | learned | minutes | "
-             "load avg 1/5/15 min, start → end | budget |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "load avg 1/5/15 min, start → end | tool calls before → after | budget |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if r.before is None or r.after is None:
-            lines.append(f"| {r.env} | {r.status} | — | — | no | — | — | {r.budget} |")
+            lines.append(f"| {r.env} | {r.status} | — | — | no | — | — | — | {r.budget} |")
             continue
         gain = f"{100 * (r.after - r.before):+.1f}"
         greedy = f"{fmt(r.greedy_before)} → {fmt(r.greedy_after)}"
-        lines.append(f"| {r.env} | {fmt(r.before)} → {fmt(r.after)} | {gain} | {greedy} | "
-                     f"{'**yes**' if r.learned else 'no'} | {r.minutes:.1f} | {r.load} | {r.budget} |")  # fmt: skip
+        tools = "—" if r.tool_calls is None else f"{fmt(r.tool_calls[0])} → {fmt(r.tool_calls[1])}"
+        learned = "**yes**" if r.learned else "no"
+        lines.append(f"| {r.env} | {fmt(r.before)} → {fmt(r.after)} | {gain} | {greedy} | {learned} | "
+                     f"{r.minutes:.1f} | {r.load} | {tools} | {r.budget} |")  # fmt: skip
     return lines
 
 

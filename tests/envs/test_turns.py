@@ -54,10 +54,12 @@ def test_tool_turns_count_and_dispatch() -> None:
         assert unknown is not None and unknown.info == {"tool_error": 1.0}
         assert await turns.step([FINAL]) is None
         assert (turns.turns, turns.tool_calls, turns.tools_ran, turns.done) == (4, 3, 1, True)
+        # only the call whose tool ran is kept for graders, with its observation
+        assert [(c.content, o.content) for c, o in turns.results] == [('{"text": "hi"}', "hi")]
         with pytest.raises(RuntimeError, match="after the episode terminated"):
             await turns.step([FINAL])
         turns.reset()
-        assert (turns.turns, turns.tool_calls, turns.tools_ran, turns.done) == (0, 0, 0, False)
+        assert (turns.turns, turns.tool_calls, turns.tools_ran, turns.done, turns.results) == (0, 0, 0, False, [])
 
     asyncio.run(play())
 

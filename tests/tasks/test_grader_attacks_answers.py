@@ -3,7 +3,9 @@
 Every one of these graders compares the ``final`` message with the task's answer after stripping surrounding
 whitespace and one trailing period (:func:`harmonyrl.envs.reward.exact_match`, and the calculator's own
 ``is_correct``); tool results are observations, never graded. The expectations below are derived from that
-rule by hand; the same battery passed unchanged at main (these graders had no hole to close).
+rule by hand; the same battery passed unchanged at main (these graders had no hole to close). The sql grader also
+requires the answer to come from a query that read the database (tests/tasks/test_sql.py), so its episodes here
+run the task's reference query first (:func:`lead`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from harmonyrl.sandbox import SandboxUnavailable
 from harmonyrl.tasks.browse import BrowseFactory
 from harmonyrl.tasks.calculator import CalculatorFactory
 from harmonyrl.tasks.retool import RetoolFactory
-from harmonyrl.tasks.sql import SqlFactory
+from harmonyrl.tasks.sql import SqlFactory, reference_sql
 from harmonyrl.types import Message, StepResult, Task
 
 FULLWIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
@@ -57,6 +59,14 @@ def call(env: str, answer: str) -> Message:
     return Message("assistant", content, channel="commentary", recipient=f"functions.{tool}", content_type="json")
 
 
+def lead(env: str, task: Task) -> list[list[Message]]:
+    """The turns before the answer: sql's reference query (its answer must come from a query), else none."""
+    if env != "sql":
+        return []
+    content = json.dumps({"sql": reference_sql(task)})
+    return [[Message("assistant", content, channel="commentary", recipient="functions.query", content_type="json")]]
+
+
 def play(env_name: str, turns: Sequence[Sequence[Message]]) -> tuple[Task, list[StepResult]]:
     factory = FACTORIES[env_name]()
     task = factory.tasks("train")[0]  # type: ignore[attr-defined]
@@ -65,7 +75,7 @@ def play(env_name: str, turns: Sequence[Sequence[Message]]) -> tuple[Task, list[
     async def go() -> list[StepResult]:
         env = factory.make(task)  # type: ignore[attr-defined]
         await env.reset()
-        return [await env.step(t) for t in turns]
+        return [await env.step(t) for t in [*lead(env_name, task), *turns]][len(lead(env_name, task)) :]
 
     return task, asyncio.run(go())
 
@@ -141,7 +151,8 @@ def test_only_the_turns_last_message_is_the_answer(env: str) -> None:
     assert (first.terminated, first.reward, second.terminated, second.reward) == (False, 0.0, True, 0.0)
     # a tool call followed by a right final: the final is graded and the call never runs
     _, [only] = play(env, [[call(env, "1"), final(a)]])
-    assert (only.terminated, only.reward, only.info["tool_calls"]) == (True, 1.0, 0.0)
+    leading_calls = float(env == "sql")  # sql's reference query ran before (lead)
+    assert (only.terminated, only.reward, only.info["tool_calls"]) == (True, 1.0, leading_calls)
 
 
 @pytest.mark.parametrize("env", sorted(ANSWERS))
@@ -149,8 +160,11 @@ def test_calling_a_tool_after_the_answer_is_a_harness_error(env: str) -> None:
     factory = FACTORIES[env]()
 
     async def go() -> None:
-        game = factory.make(factory.tasks("train")[0])  # type: ignore[attr-defined]
+        task = factory.tasks("train")[0]  # type: ignore[attr-defined]
+        game = factory.make(task)
         await game.reset()
+        for turn in lead(env, task):
+            await game.step(turn)
         assert (await game.step([final(ANSWERS[env])])).reward == 1.0
         with pytest.raises(RuntimeError, match="after the episode"):
             await game.step([call(env, ANSWERS[env])])

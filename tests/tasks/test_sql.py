@@ -17,9 +17,11 @@ from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES
 from harmonyrl.tasks.sql import (
     QUESTIONS,
     SqlFactory,
+    answer_from_query,
     answer_of,
     expert_demo,
     parse_question,
+    reads_a_table,
     reference_sql,
     run_query,
     shop,
@@ -94,6 +96,53 @@ def test_wrong_and_verbose_answers_earn_nothing() -> None:
     assert verbose.content in {v.format(task.answer) for v in VERBOSE_TEMPLATES}
     [said] = play(task, [[verbose]])
     assert (wrong.reward, said.reward, said.terminated, said.info["format_error"]) == (0.0, 0.0, True, 0.0)
+
+
+def final(text: str) -> list[Message]:
+    return [Message("assistant", text, channel="final")]
+
+
+def test_a_right_answer_counts_only_if_a_query_that_read_the_database_returned_it() -> None:
+    task = TRAIN[0]  # "How many orders were placed by customers from Ghent?" -> 44
+    a = task.answer
+    assert a == "44" and reference_sql(task).startswith("SELECT COUNT(*) AS answer")
+    graded = {
+        "reference query": ([query(reference_sql(task))], 1.0),
+        "another query with the same value": ([query(reference_sql(task).replace(" AS answer", " AS n"))], 1.0),
+        "a REAL result": ([query(reference_sql(task).replace("COUNT(*)", "1.0 * COUNT(*)"))], 1.0),
+        "a failed query first": ([query("SELECT nope FROM orders"), query(reference_sql(task))], 1.0),
+        "no query (a guess)": ([], 0.0),
+        "a constant query": ([query(f"SELECT {a}")], 0.0),  # reads no table
+        "a constant from a CTE": ([query(f"WITH t AS (SELECT {a} AS x) SELECT x FROM t")], 0.0),
+        "the value among other cells": ([query(f"SELECT {a} AS a, COUNT(*) AS b FROM orders")], 0.0),
+        "one of many rows": ([query("SELECT DISTINCT customer_id FROM orders ORDER BY customer_id")], 0.0),
+        "a query with another value": ([query(reference_sql(task).replace("COUNT(*)", "1 + COUNT(*)"))], 0.0),
+        "an error": ([query("SELECT nope FROM orders")], 0.0),
+    }
+    got = {}
+    for name, (calls, _) in graded.items():
+        *_, last = play(task, [*calls, final(a)])
+        assert last.terminated and last.info["ungrounded"] == 1.0 - last.info["correct"]  # every answer is exact
+        got[name] = last.reward
+    assert got == {name: reward for name, (_, reward) in graded.items()}
+    # the residual hole, stated in the module docstring: a constant selected while reading a table passes
+    *_, last = play(task, [query(f"SELECT {a} FROM orders LIMIT 1"), final(a)])
+    assert last.reward == 1.0
+    # a wrong answer is not "ungrounded": that metric counts right answers that no query produced
+    *_, wrong = play(task, [final("45")])
+    assert (wrong.reward, wrong.info["ungrounded"]) == (0.0, 0.0)
+
+
+def test_answer_from_query_reads_only_query_results() -> None:
+    call = query("SELECT COUNT(*) FROM products")[0]
+    other = Message("assistant", json.dumps({"sql": "SELECT COUNT(*) FROM products"}), channel="commentary",
+                    recipient="functions.remember", content_type="json")  # fmt: skip
+    obs = Message("tool", '{"columns": ["n"], "rows": [[30]]}')
+    assert answer_from_query("30", [(call, obs)]) and not answer_from_query("31", [(call, obs)])
+    assert not answer_from_query("30", [(other, obs)])  # another tool's output is not a query result
+    assert not answer_from_query("30", [(call, Message("tool", "not json"))])
+    assert reads_a_table(shop(), "SELECT COUNT(*) FROM orders") and not reads_a_table(shop(), "SELECT 30")
+    assert not reads_a_table(shop(), "SELECT * FROM nope")
 
 
 def test_expert_mix_and_determinism() -> None:

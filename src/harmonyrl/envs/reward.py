@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from harmonyrl.envs.tools import Toolbox
@@ -114,18 +114,29 @@ def is_bare(answer: str, content: str) -> bool:
     return bool(text) and "\n" not in text and len(text.split()) <= len(answer.split())
 
 
+Evidence = Callable[[str, Sequence[tuple[Message, Message]]], bool]
+"""``evidence(answer, results)``: whether the episode's tool results (``(call, observation)`` of every call that ran)
+show where the right answer came from. An env whose answer must be derived with its tools passes one to
+:class:`AnswerEnv`, so a right answer guessed without that derivation earns nothing."""
+
+
 class AnswerEnv:
     """One episode: tool calls are observations (or environment failures), a ``final`` message is graded.
 
     Terminal ``info`` always has the same keys (``correct``, ``format_error``, ``tool_calls``, ``turns`` and
-    ``reward/<term>``); ``correct`` is what ``Trajectory.success`` reads, whatever the weights.
+    ``reward/<term>``, plus ``ungrounded`` with an ``evidence`` check); ``correct`` is what ``Trajectory.success``
+    reads, whatever the weights. With ``evidence``, an exact answer counts only if ``evidence`` accepts it;
+    ``ungrounded`` is 1 for an exact answer it rejected (a lucky guess), so guessing stays visible in metrics.
     """
 
-    def __init__(self, task: Task, toolbox: Toolbox, instructions: str, weights: RewardWeights) -> None:
+    def __init__(
+        self, task: Task, toolbox: Toolbox, instructions: str, weights: RewardWeights, evidence: Evidence | None = None
+    ) -> None:
         self.task = task
         self._episode = ToolTurns(toolbox)
         self._instructions = instructions
         self._weights = weights
+        self._evidence = evidence
 
     @property
     def tools(self) -> Sequence[ToolSpec]:
@@ -144,7 +155,8 @@ class AnswerEnv:
             return tool_turn
         answer = final_answer(action)
         on_final, content = answer is not None, answer or ""
-        correct = on_final and exact_match(self.task.answer, content)
+        exact = on_final and exact_match(self.task.answer, content)
+        correct = exact and (self._evidence is None or self._evidence(self.task.answer, self._episode.results))
         terms = RewardTerms(
             outcome=float(correct),
             format=float(on_final and is_bare(self.task.answer, content)),
@@ -159,6 +171,8 @@ class AnswerEnv:
             "turns": float(self._episode.turns),
             **parts,
         }
+        if self._evidence is not None:
+            info["ungrounded"] = float(exact and not correct)
         return StepResult(reward=reward, terminated=True, info=info)
 
     async def close(self) -> None:

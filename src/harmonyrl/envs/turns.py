@@ -37,6 +37,8 @@ class ToolTurns:
         """Calls into ``functions.*``, well-formed or not."""
         self.tools_ran = 0
         """Calls whose tool ran and returned (outcome ``ok``)."""
+        self.results: list[tuple[Message, Message]] = []
+        """(call, observation) of every call whose tool ran, in order: what a grader may check an answer against."""
         self.done = False
 
     async def step(self, action: Sequence[Message]) -> StepResult | None:
@@ -55,4 +57,6 @@ class ToolTurns:
             return StepResult(failure=dispatch.failure)
         assert dispatch.observation is not None
         self.tools_ran += dispatch.kind == "ok"
+        if dispatch.kind == "ok":
+            self.results.append((last, dispatch.observation))
         return StepResult(observations=(dispatch.observation,), info={"tool_error": float(dispatch.kind != "ok")})

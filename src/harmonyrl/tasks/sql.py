@@ -19,6 +19,11 @@ model writes can change what the next call (or episode) sees:
   ``max_rows`` rows are returned, and strings are capped at ``SQLITE_LIMIT_LENGTH``.
 
 All of these are the model's own doing and come back as ``{"error": ...}`` observations, never failures.
+
+An answer is graded right only if it came from the database (:func:`answer_from_query`): one of the episode's
+queries read a table and returned exactly that value as its only cell. Without this, about one held-out answer in
+five is a per-question constant (a count of 0-5, a month), and RL learned to answer without querying
+(docs/envs.md). A query that selects a constant while reading a table (``SELECT 4 FROM orders``) still passes.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
+from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights, exact_match
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
 from harmonyrl.errors import NotDemonstrable
@@ -166,6 +171,55 @@ def make_query_tool(db: Shop, timeout_s: float = 1.0, max_rows: int = 50) -> Too
     return Tool.from_function(query, timeout_s=timeout_s + 4.0)
 
 
+def reads_a_table(db: Shop, sql: str) -> bool:
+    """Whether ``sql`` (a statement the query tool accepted) reads one of the shop's tables, as SQLite's
+    authorizer reports it when the statement is prepared (``EXPLAIN``: nothing runs)."""
+    read: list[str] = []
+
+    def record(action: int, table: str | None, *_: str | None) -> int:
+        if action == sqlite3.SQLITE_READ and table in TABLES:
+            read.append(table)
+        return _authorize(action)
+
+    conn = db.copy()
+    try:
+        conn.set_authorizer(record)
+        conn.execute(f"EXPLAIN {sql}")
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return bool(read)
+
+
+def _only_cell(observation: str) -> object:
+    try:
+        rows = json.loads(observation).get("rows")
+    except (ValueError, AttributeError):
+        return None
+    return rows[0][0] if isinstance(rows, list) and len(rows) == 1 and len(rows[0]) == 1 else None
+
+
+def answer_from_query(answer: str, results: Sequence[tuple[Message, Message]]) -> bool:
+    """Whether a ``query`` call of the episode read a table and returned ``answer`` as its only cell (the
+    :data:`~harmonyrl.envs.reward.Evidence` check of this env: the answer must be derived from the database)."""
+    for call, obs in results:
+        if call.recipient != "functions.query":
+            continue
+        cell = _only_cell(obs.content)
+        if isinstance(cell, float) and cell.is_integer():
+            cell = int(cell)
+        if cell is None or isinstance(cell, bool) or not exact_match(answer, str(cell)):
+            continue
+        try:
+            sql = json.loads(call.content)["sql"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(sql, str) and reads_a_table(shop(), sql):
+            return True
+    return False
+
+
 # ---- questions ---------------------------------------------------------------------------------------
 
 _JOIN_P = "FROM orders o JOIN products p ON p.id = o.product_id"
@@ -290,7 +344,7 @@ class SqlFactory:
         return self._train if split == "train" else self._test
 
     def make(self, task: Task) -> AnswerEnv:
-        return AnswerEnv(task, self._toolbox, INSTRUCTIONS, self.weights)
+        return AnswerEnv(task, self._toolbox, INSTRUCTIONS, self.weights, evidence=answer_from_query)
 
 
 def expert_demo(task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: float = 0.0) -> list[Message]:
