@@ -134,5 +134,9 @@ class StepProgress:
         )
         self._last_print, self._printed_done = now, self._done
 
+    def warn(self, line: str) -> None:
+        """A one-line warning on the run's console (yellow on a terminal), its text printed as is."""
+        self._console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+
     def _print(self, line: str) -> None:
         self._console.print(line, markup=False, highlight=False, soft_wrap=True)

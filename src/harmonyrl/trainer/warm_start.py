@@ -17,6 +17,7 @@ from harmonyrl.tasks.factory import expert_for
 from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+from harmonyrl.trainer.demo_fit import turn_budget_note
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
@@ -50,6 +51,8 @@ async def run_sft(
                 built = await build_team_demos(tok, factory, tasks, config.seed)
             else:
                 built = await build_demos(tok, factory, expert, tasks, config.seed)
+    if built is not None and (note := turn_budget_note(built, config.rollout.max_new_tokens)) is not None:
+        progress.warn(note)  # a turn an episode cannot write: those tasks score 0 whatever RL does
     demos = broadcast(built, world)
     trainee = sharded_copy(model, world) if world.distributed else model
     trainable = [p for p in trainee.parameters() if p.requires_grad]  # with LoRA: the adapters only
