@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -429,15 +429,46 @@ def _get(section: Any, key: str) -> Any:
     return section.get(key) if isinstance(section, dict) else getattr(section, key, None)
 
 
-def _moved_expert_knobs(tree: dict[str, Any]) -> dict[str, Any]:
-    """A config file written before the scripted expert's ``sft.p_tool`` / ``sft.p_verbose`` became ``env.*``
-    (a run's ``config.yaml``, a checkpoint's record) reads as it meant: the keys move to the ``env`` section."""
-    sft, env = tree.get("sft"), tree.get("env")
-    if not isinstance(sft, dict) or not ({"p_tool", "p_verbose"} & sft.keys()) or not isinstance(env, dict | None):
-        return tree
-    moved = {k: sft[k] for k in ("p_tool", "p_verbose") if k in sft}
-    kept = {k: v for k, v in sft.items() if k not in moved}
-    return tree | {"sft": kept, "env": {**(env or {}), **moved}}
+MOVED_KEYS: tuple[tuple[str, str], ...] = (
+    ("sft.p_tool", "env.p_tool"),  # the scripted expert's knobs became the env's own
+    ("sft.p_verbose", "env.p_verbose"),
+    ("rollout.max_batch", "rollout.engine.max_batch"),  # the engine seam: rollout.engine is a typed union
+    ("rollout.engine_dtype", "rollout.engine.dtype"),
+    ("rollout.engine_kernel", "rollout.engine.kernel"),
+    ("rollout.prefix_cache_mib", "rollout.engine.prefix_cache_mib"),
+)
+"""Keys a config file written by an earlier harmonyrl may hold (a run's ``config.yaml``, a checkpoint's record),
+and where each lives now. Only files are read through this: a key typed on the command line is the user's, and
+its error names the new place."""
+
+
+def moved_keys(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` with every old key of :data:`MOVED_KEYS` moved to its new place (a value already at the new place
+    wins), so an earlier run's file reads as it meant. Sections that are not mappings are left alone."""
+    for old, new in MOVED_KEYS:
+        *old_parents, old_leaf = old.split(".")
+        source = _section(tree, old_parents)
+        if source is None or old_leaf not in source:
+            continue
+        *new_parents, new_leaf = new.split(".")
+        value = source.pop(old_leaf)
+        target = _section(tree, new_parents, create=True)
+        if target is not None:
+            target.setdefault(new_leaf, value)
+    return tree
+
+
+def _section(tree: dict[str, Any], path: Sequence[str], create: bool = False) -> dict[str, Any] | None:
+    """The mapping at ``path`` in ``tree`` (made, with ``create``, where absent or null); None if something on
+    the way is not a mapping."""
+    node: Any = tree
+    for key in path:
+        if create and node.get(key) is None:
+            node[key] = {}
+        node = node.get(key)
+        if not isinstance(node, dict):
+            return None
+    return cast(dict[str, Any], node)
 
 
 def _read_tree(path: Path) -> dict[str, Any]:
@@ -456,7 +487,7 @@ def _read_tree(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
-    return _moved_expert_knobs(loaded)
+    return moved_keys(loaded)
 
 
 def load_config(

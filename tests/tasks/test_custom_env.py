@@ -240,3 +240,21 @@ def test_splits_come_in_a_fixed_hash_order_unless_given_is_asked(here: Path) -> 
     assert max(first_values) > 20  # the evaluation's first tasks span the range, not its start
     assert hashed.name == "units" and len(hashed.box.specs) == 1  # anything else is the user's factory's
     assert asyncio.run(hashed.make(hashed.tasks("test")[0]).reset())[0].content.startswith("Convert ")
+
+
+def test_an_earlier_runs_engine_keys_read_as_they_meant(tmp_path: Path) -> None:
+    """A checkpoint recorded before the engine seam (rollout.max_batch, engine_dtype, engine_kernel,
+    prefix_cache_mib) still loads: the keys move to rollout.engine; a value already there wins."""
+    old = tmp_path / "config.yaml"
+    old.write_text(
+        "rollout:\n  max_batch: 32\n  engine_dtype: bfloat16\n  engine_kernel: torch\n  prefix_cache_mib: 8.0\n"
+        "  group_size: 4\n"
+    )
+    engine = load_config(old).rollout.engine
+    assert (engine.max_batch, engine.dtype, engine.kernel, engine.prefix_cache_mib) == (32, "bfloat16", "torch", 8.0)
+    assert load_config(old).rollout.group_size == 4
+    both = tmp_path / "both.yaml"
+    both.write_text("rollout:\n  max_batch: 32\n  engine:\n    max_batch: 16\n")
+    assert load_config(both).rollout.engine.max_batch == 16
+    with pytest.raises(ConfigError, match=r"unknown config key 'rollout.max_batch'"):
+        load_config(None, ["rollout.max_batch=8"])  # typed by the user now: the error names the new key
