@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--n", type=int, default=24, help="held-out tasks probed")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     torch.set_num_threads(1)
     right, total, whole = probe(args.checkpoint, args.n, args.overrides)
     print(f"RESULT demos={args.n} number_tokens={total} numbers_right={right / max(1, total):.3f} all_right={whole}")

@@ -62,3 +62,14 @@ def test_probe_reads_the_checkpoints_env_and_scores_a_perfect_and_a_shifted_mode
     calls = [re.findall(r'"expression": "([^"]+)"', p) for p in prompts]
     assert [len(c) for c in calls] == [1, 1, 1]
     assert all(int(n) <= 109 for (expr,) in calls for n in re.findall(r"\d+", expr))
+
+
+def test_main_takes_overrides_after_options_and_prints_the_result_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[Path, int, list[str]]] = []
+    monkeypatch.setattr(bench, "probe", lambda ck, n, over: calls.append((ck, n, over)) or (3, 12, 1))
+    monkeypatch.setattr(sys, "argv", ["copy_probe.py", "CK", "--n", "4", "seed=0"])
+    bench.main()
+    assert calls == [(Path("CK"), 4, ["seed=0"])]
+    assert capsys.readouterr().out.strip() == "RESULT demos=4 number_tokens=12 numbers_right=0.250 all_right=1"
