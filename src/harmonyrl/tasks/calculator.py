@@ -16,6 +16,10 @@ a longer result to copy out, in the layout the default warm start learned. One o
 start copies numbers only as long as those it was trained on, and one digit more on every operand was a cliff
 (0 % from the warm start) where one digit more on the last operand is not (docs/curriculum.md). The factory
 reports each task's level (:meth:`CalculatorFactory.difficulty`). Widened problems are keyed by their text.
+
+**Fewer distinct operands** (``env.operand_values=N``): every operand takes one of the lowest N values of its usual
+range (``a * b + c`` with a, b in 10..19 and c in 100..109 for N=10), so each number token recurs often: a warm
+start with a 201k vocabulary, where each number is its own id, sees each one many times (docs/o200k.md).
 """
 
 from __future__ import annotations
@@ -83,9 +87,23 @@ TEMPLATES = (
 _EXPR_RE = re.compile(r"[\d(][\d+\-*() ]*[\d)]")  # templates contain no digits, so this is the expression
 
 
-def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
-    """(train, test). Every draw consumes the same randomness whether kept or not (prefix stability)."""
-    rng = random.Random(seed)
+class _Narrowed(random.Random):
+    """``randint(a, b)`` draws from the lowest ``n`` values of ``a..b`` only; every other draw is ``Random``'s."""
+
+    def __init__(self, seed: int, n: int) -> None:
+        super().__init__(seed)
+        self.n = n
+
+    def randint(self, a: int, b: int) -> int:
+        return super().randint(a, min(b, a + self.n - 1))
+
+
+def generate_tasks(
+    seed: int, n_train: int, n_test: int, operand_values: int | None = None
+) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """(train, test). Every draw consumes the same randomness whether kept or not (prefix stability).
+    ``operand_values``: each operand takes one of the lowest N values of its range (None: the whole range)."""
+    rng = random.Random(seed) if operand_values is None else _Narrowed(seed, operand_values)
     out: dict[Literal["train", "test"], list[Task]] = {"train": [], "test": []}
     want = {"train": n_train, "test": n_test}
     seen: set[str] = set()
@@ -101,7 +119,7 @@ def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ..
         task_id = f"calculator-{seed}-{split}-{len(out[split]):05d}"
         prompt = template.format(expr=problem.expression)
         out[split].append(Task(id=task_id, prompt=prompt, answer=str(problem.value), split=split))
-    raise RuntimeError(f"could not draw {n_train} train + {n_test} test distinct problems")
+    raise RuntimeError(f"could not draw {n_train} train + {n_test} test distinct problems: lower env.n_train")
 
 
 def _widened(r: random.Random, level: int) -> Problem:
@@ -214,13 +232,14 @@ class CalculatorFactory:
         tool_timeout_s: float = 5.0,
         levels: tuple[int, int] | None = None,
         test_levels: tuple[int, int] | None = None,
+        operand_values: int | None = None,
     ) -> None:
         if n_train < 0 or n_test < 0:
             raise ValueError("n_train and n_test must be >= 0")
         self.seed = seed
         self._levels: dict[str, int] = {}
         if levels is None:
-            self._train, self._test = generate_tasks(seed, n_train, n_test)
+            self._train, self._test = generate_tasks(seed, n_train, n_test, operand_values)
         else:
             self._train, self._test, self._levels = generate_levelled(
                 seed, n_train, n_test, levels, test_levels or levels

@@ -43,6 +43,9 @@ class CalculatorEnvConfig(Frozen):
     usual problem shapes (docs/curriculum.md); null: the usual problems, reporting no difficulty."""
     test_levels: tuple[int, int] | None = None
     """Difficulty range of the held-out problems (with ``levels``; null: the same as ``levels``)."""
+    operand_values: int | None = Field(None, ge=2)
+    """Each operand takes one of only the lowest N values of its usual range (fewer distinct number tokens to
+    learn: docs/o200k.md); null: the usual problems. Not with ``levels``."""
 
     @model_validator(mode="after")
     def _levels_ordered(self) -> CalculatorEnvConfig:
@@ -51,6 +54,8 @@ class CalculatorEnvConfig(Frozen):
                 raise ValueError(f"env.{name} must be (lowest, highest) with 0 <= lowest <= highest <= 6")
         if self.test_levels is not None and self.levels is None:
             raise ValueError("env.test_levels needs env.levels")
+        if self.operand_values is not None and self.levels is not None:
+            raise ValueError("env.operand_values applies to the usual problems: it cannot be set with env.levels")
         return self
 
 

@@ -65,7 +65,9 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
         case CalculatorEnvConfig():
             from harmonyrl.tasks.calculator import CalculatorFactory
 
-            return CalculatorFactory(seed, env.n_train, env.n_test, env.tool_timeout_s, env.levels, env.test_levels)
+            return CalculatorFactory(
+                seed, env.n_train, env.n_test, env.tool_timeout_s, env.levels, env.test_levels, env.operand_values
+            )
         case RetoolEnvConfig():
             from harmonyrl.tasks.retool import DEFAULT_LIMITS, RetoolFactory
 
