@@ -12,6 +12,7 @@ import asyncio
 import copy
 import random
 from collections.abc import Sequence
+from typing import cast
 
 import pytest
 import torch
@@ -143,3 +144,21 @@ def test_concurrent_batches_sample_as_sequential_ones_within_the_staleness_bound
 
     # the check can fail: the start's weights and the trained ones sample that batch differently
     assert asyncio.run(first_turns(model)) != asyncio.run(first_turns(together.model))
+
+
+def test_batches_overlap_only_when_no_copy_would_judge_or_draw_out_of_turn() -> None:
+    from harmonyrl.config import load_config
+    from harmonyrl.rewards.scoring import Rewarder
+    from harmonyrl.trainer.reward_setup import RunRewarder
+    from harmonyrl.trainer.rl_phase import batches_may_overlap
+
+    run = ["rl.async.max_staleness=1", "rl.correction.weights.mode=truncate"]
+    plain = load_config(None, run)
+    assert batches_may_overlap(plain, None)
+    dynamic = load_config(None, [*run, "rl.sampling.filter_uniform_groups=true"])
+    assert not batches_may_overlap(dynamic, None)  # its extra draws come mid-batch
+    judged = load_config(None, [*run, "reward.judge.max_new_tokens=4"])
+    on_policy_engine = RunRewarder(cast(Rewarder, object()), own_engine=None)
+    assert not batches_may_overlap(judged, on_policy_engine)  # a copy would judge with stale weights
+    on_own_engine = RunRewarder(cast(Rewarder, object()), own_engine=cast(Engine, object()))
+    assert batches_may_overlap(judged, on_own_engine)  # the judge has its own engine: copies are free to overlap

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from harmonyrl.config import RunConfig
 from harmonyrl.distributed.ray_envs import env_pool_metrics
 from harmonyrl.distributed.world import broadcast
 from harmonyrl.engine.base import Engine
@@ -192,15 +193,20 @@ async def open_rl_phase(
         collect = make_collect(config, engine, ctx.factory, ctx.tok, limits, source, rewarder)
     # rollouts of later steps run ahead of the update with rl.async.max_staleness > 0 (trainer/pipeline.py)
     check_pipeline(config.rl.async_, ctx.world)
-    # batches overlap on engine copies unless the policy's engine also judges, or dynamic sampling's extra draws
-    # (mid-batch) would interleave with another batch's: then one copy, batches in turn (docs/async.md)
-    judge_apart = rewarder is None or config.reward.judge is None or rewarder.own_engine is not None
-    overlap = judge_apart and not config.rl.sampling.filter_uniform_groups
+    overlap = batches_may_overlap(config, rewarder)
     pipeline = await Pipeline.create(config.rl.async_, engine, collect, resumed.step if resumed else 0,
                                      config.rl.steps, resumed.state.get("pipeline") if resumed else None,
                                      lambda: merged_state_dict(ctx.model), copies=overlap)  # fmt: skip
     phase = RLPhase(ctx, learner, pipeline, source, breaker, skipped, rewarder, held_out)
     return phase, resumed.step if resumed is not None else 0
+
+
+def batches_may_overlap(config: RunConfig, rewarder: RunRewarder | None) -> bool:
+    """Whether async batches may collect at once on engine copies: not when the policy's own engine also judges
+    (a copy would judge with a stale policy's weights), nor with dynamic sampling (its extra draws come mid-batch
+    and would interleave with another batch's, so the task order would depend on timing; docs/async.md)."""
+    judge_apart = rewarder is None or config.reward.judge is None or rewarder.own_engine is not None
+    return judge_apart and not config.rl.sampling.filter_uniform_groups
 
 
 async def _no_collect(step: int, on: Engine) -> Drawn:
