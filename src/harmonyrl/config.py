@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,7 +19,7 @@ from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLCo
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
 from harmonyrl.config_tree import ConfigError as ConfigError
-from harmonyrl.config_tree import check_keys, set_dotted, user_path
+from harmonyrl.config_tree import check_keys, move_keys, set_dotted, user_path
 from harmonyrl.config_tree import merge_trees as merge_trees
 from harmonyrl.config_tree import parse_override as parse_override
 from harmonyrl.engine.config import EngineConfig, LocalEngineConfig, VllmEngineConfig
@@ -442,35 +442,6 @@ and where each lives now. Only files are read through this: a key typed on the c
 its error names the new place."""
 
 
-def moved_keys(tree: dict[str, Any]) -> dict[str, Any]:
-    """``tree`` with every old key of :data:`MOVED_KEYS` moved to its new place (a value already at the new place
-    wins), so an earlier run's file reads as it meant. Sections that are not mappings are left alone."""
-    for old, new in MOVED_KEYS:
-        *old_parents, old_leaf = old.split(".")
-        source = _section(tree, old_parents)
-        if source is None or old_leaf not in source:
-            continue
-        *new_parents, new_leaf = new.split(".")
-        value = source.pop(old_leaf)
-        target = _section(tree, new_parents, create=True)
-        if target is not None:
-            target.setdefault(new_leaf, value)
-    return tree
-
-
-def _section(tree: dict[str, Any], path: Sequence[str], create: bool = False) -> dict[str, Any] | None:
-    """The mapping at ``path`` in ``tree`` (made, with ``create``, where absent or null); None if something on
-    the way is not a mapping."""
-    node: Any = tree
-    for key in path:
-        if create and node.get(key) is None:
-            node[key] = {}
-        node = node.get(key)
-        if not isinstance(node, dict):
-            return None
-    return cast(dict[str, Any], node)
-
-
 def _read_tree(path: Path) -> dict[str, Any]:
     """One YAML config file as a tree (ConfigError when it cannot be read or is not a mapping)."""
     if path.is_dir():
@@ -487,7 +458,7 @@ def _read_tree(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file '{path}' is not valid YAML: {e}".splitlines()[0]) from e
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
-    return moved_keys(loaded)
+    return move_keys(loaded, MOVED_KEYS)
 
 
 def load_config(

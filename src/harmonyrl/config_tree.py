@@ -5,7 +5,8 @@ the user writes the key. ``harmonyrl.config`` applies them to the run's schema."
 from __future__ import annotations
 
 import difflib
-from typing import Any, get_args
+from collections.abc import Sequence
+from typing import Any, cast, get_args
 
 import yaml
 from pydantic import BaseModel
@@ -159,3 +160,33 @@ def user_path(loc: tuple[int | str, ...], root: type[BaseModel]) -> list[str]:
         else:
             model = members.get("")
     return path
+
+
+def move_keys(tree: dict[str, Any], moves: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """``tree`` with each ``(old, new)`` dotted key of ``moves`` moved to its new place (a value already at the new
+    place wins), so a file an earlier version wrote reads as it meant. Sections that are not mappings are left
+    alone."""
+    for old, new in moves:
+        *old_parents, old_leaf = old.split(".")
+        source = _section(tree, old_parents)
+        if source is None or old_leaf not in source:
+            continue
+        *new_parents, new_leaf = new.split(".")
+        value = source.pop(old_leaf)
+        target = _section(tree, new_parents, create=True)
+        if target is not None:
+            target.setdefault(new_leaf, value)
+    return tree
+
+
+def _section(tree: dict[str, Any], path: Sequence[str], create: bool = False) -> dict[str, Any] | None:
+    """The mapping at ``path`` in ``tree`` (made, with ``create``, where absent or null); None if something on
+    the way is not a mapping."""
+    node: Any = tree
+    for key in path:
+        if create and node.get(key) is None:
+            node[key] = {}
+        node = node.get(key)
+        if not isinstance(node, dict):
+            return None
+    return cast(dict[str, Any], node)
