@@ -7,6 +7,9 @@ in a thread-timing-dependent order otherwise, measured at 1 in 3000 backward pas
 bit on an idle 2-core machine and 129 in 3000 with both cores busy.
 """
 
+import harmonyrl  # noqa: F401  # first: it sets MKL's reproducibility mode before torch's first matrix product
+
+# isort: split
 import torch
 
 torch.use_deterministic_algorithms(True, warn_only=True)

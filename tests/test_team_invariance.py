@@ -1,14 +1,17 @@
-"""What does and does not depend on the size of the thread team (why ``adaptive_threads`` is opt-in).
+"""What does and does not depend on the size of the thread team (why ``adaptive_threads`` can be the default).
 
 Each check runs the same computation with a team of one and of two threads in one process and compares bits.
 torch's own CPU softmax backward, a single sum over more than 32,768 elements and MKL's matrix products for a
-few rows depend on the team (measured 2026-11-25; docs/contention.md); the ``harmonyrl_eager`` kernel and the
-losses' row-first sums remove the first two, nothing here removes the third.
+few rows depend on the team (measured 2026-11-25; docs/contention.md); the ``harmonyrl_eager`` kernel, the
+losses' row-first sums and MKL's strict reproducibility mode (set by ``import harmonyrl``) remove all three.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -18,11 +21,14 @@ import torch.nn.functional as F
 
 from harmonyrl.algorithms.losses import aggregate_loss
 from harmonyrl.config import load_config
-from harmonyrl.models.attention import set_kernel
+from harmonyrl.models.attention import KERNELS, TEAM_INVARIANT_KERNELS, set_kernel
 from harmonyrl.models.team_invariant import softmax_last_dim
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.threads import available_cores, products_are_team_invariant
 from harmonyrl.trainer.batch import collate, score
 from harmonyrl.trainer.learner import Learner
+from harmonyrl.trainer.setup import adapts_threads
+from harmonyrl.trainer.sft import Demo, sft_step
 from harmonyrl.types import Trajectory
 
 T = TypeVar("T")
@@ -98,11 +104,17 @@ def model_grads(kernel: str) -> str:
     return digest(p.grad for p in model.parameters() if p.grad is not None)
 
 
-def test_training_gradients_do_not_depend_on_the_team_with_harmonyrl_eager() -> None:
-    a, b = with_teams(lambda: model_grads("harmonyrl_eager"))
-    assert a == b
-    a, b = with_teams(lambda: model_grads("eager"))  # transformers' own eager kernel: not so
-    assert a != b
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_training_gradients_depend_on_the_team_only_with_transformers_eager(kernel: str) -> None:
+    a, b = with_teams(lambda: model_grads(kernel))
+    assert (a == b) == (kernel in TEAM_INVARIANT_KERNELS)  # the set that may adapt the team (adapts_threads)
+    assert (kernel in TEAM_INVARIANT_KERNELS) == (kernel != "eager")
+
+
+def test_the_team_adapts_only_with_a_team_invariant_kernel() -> None:
+    assert adapts_threads(load_config())
+    assert not adapts_threads(load_config(overrides=["model.attention=eager"]))
+    assert not adapts_threads(load_config(overrides=["adaptive_threads=false"]))
 
 
 def test_an_rl_update_does_not_depend_on_the_team() -> None:
@@ -118,9 +130,51 @@ def test_an_rl_update_does_not_depend_on_the_team() -> None:
     assert a == b
 
 
-def test_mkl_products_of_a_few_rows_depend_on_the_team_so_adapting_is_opt_in() -> None:
-    x = torch.randn(1, 7, 64, generator=torch.Generator().manual_seed(6))  # a 7-token prefill
+def micro_sft_steps() -> str:
+    """Two real SFT steps of the ``micro`` model on demos that share a 100-token prompt (scored once, as a few-row
+    pass: what differed with 1 and 2 threads before MKL's strict mode)."""
+    g = torch.Generator().manual_seed(1)
+    prompt = tuple(int(x) for x in torch.randint(2, VOCAB, (100,), generator=g))
+    demos = []
+    for _ in range(16):
+        reply = tuple(
+            int(x) for x in torch.randint(2, VOCAB, (int(torch.randint(10, 60, (1,), generator=g)),), generator=g)
+        )
+        demos.append(Demo(prompt + reply, (0,) * len(prompt) + (1,) * len(reply)))
+    model = build_model(build_config("micro", VOCAB, 0, 1), seed=0)
+    set_kernel(model, load_config().model.attention)  # the default kernel
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        sft_step(model, optimizer, demos, 0)
+    return digest(iter(model.parameters()))
+
+
+def test_micro_training_steps_do_not_depend_on_the_team_so_adapting_is_the_default() -> None:
+    # a micro SFT step differed before MKL's strict mode (its grouped MoE products, docs/contention.md)
+    a, b = with_teams(micro_sft_steps)
+    assert a == b
+    assert os.environ["MKL_CBWR"] == "AUTO,STRICT"
+    x = torch.randn(1, 7, 64, generator=torch.Generator().manual_seed(6))  # a 7-token prefill: differed too
     w = torch.randn(128, 64, generator=torch.Generator().manual_seed(7))
-    a, b = with_teams(lambda: F.linear(x, w))
-    assert not torch.equal(a, b)  # if MKL ever makes this team-invariant, adaptive threads could be the default
-    assert not load_config().adaptive_threads
+    a2, b2 = with_teams(lambda: F.linear(x, w))
+    assert torch.equal(a2, b2)
+    assert products_are_team_invariant()
+    assert load_config().adaptive_threads and load_config().model.attention == "harmonyrl_eager"
+
+
+def test_a_product_before_import_harmonyrl_keeps_the_team_fixed_with_a_warning() -> None:
+    script = (
+        "import os, warnings, torch\n"
+        "os.environ.pop('MKL_CBWR', None)\n"
+        "torch.ones(4, 4) @ torch.ones(4, 4)\n"  # MKL initialises here, without its strict mode
+        "import harmonyrl\n"
+        "from harmonyrl import threads\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    threads.configure(0, adaptive=True)\n"
+        "print(threads._governor is None, [str(w.message)[:40] for w in caught])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    if available_cores() > 1:
+        assert out.stdout.strip() == 'True ["MKL\'s strict reproducibility mode is not"]'

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from harmonyrl import threads
-from harmonyrl.config import load_config
 from harmonyrl.threads import (
     ThreadGovernor,
     available_cores,
@@ -95,9 +94,8 @@ def test_configure_fixed_threads_win_over_adaptation(tmp_path: Path) -> None:
     assert threads._governor is None and threads.adapt() == 1
 
 
-def test_default_is_a_fixed_team_of_the_available_cores() -> None:
-    assert not load_config().adaptive_threads  # numbers still depend on the team (docs/contention.md)
-    threads.configure(0)  # the default: reproducible, the team never changes with the load
+def test_without_adaptation_the_team_is_fixed_at_the_available_cores() -> None:
+    threads.configure(0)  # adaptive_threads=false: the team never changes with the load
     assert threads._governor is None and torch.get_num_threads() == available_cores()
 
 

@@ -62,10 +62,10 @@ class ModelConfig(Frozen):
     MXFP4, or OpenAI's original; docs/checkpoints.md). With it,
     ``sft.steps`` defaults to 0 (the checkpoint is the warm start); an explicit ``sft.steps=N`` runs N SFT steps
     from the checkpoint."""
-    attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "eager"
-    """Trainer attention kernel: transformers' eager reference, the same math with a softmax backward independent of
-    the thread count, the fused exact sink kernel, or a deliberately sink-less one (reproduces the sampler/trainer
-    mismatch); see ``harmonyrl.models.attention``."""
+    attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "harmonyrl_eager"
+    """Trainer attention kernel: transformers' eager reference, the same forward with a softmax backward independent
+    of the thread count (the default: a run's bits then do not depend on the load), the fused exact sink kernel, or
+    a deliberately sink-less one (reproduces the sampler/trainer mismatch); see ``harmonyrl.models.attention``."""
     sink_init: float | None = Field(None, ge=-30, le=30)
     """Start every attention sink logit of a freshly built model at this value (None: transformers' N(0, 0.02));
     large values make the sinks carry most of the attention mass, as in released GPT-OSS checkpoints. Not
@@ -312,11 +312,11 @@ class RunConfig(Frozen):
     threads: int = Field(0, ge=0)
     """torch intra-op threads (shared by the C decode step); 0: as many as the machine has free (see
     ``adaptive_threads``)."""
-    adaptive_threads: bool = False
+    adaptive_threads: bool = True
     """With ``threads=0``: resize the thread team to the cores other processes leave free, as the load changes (a
-    shared CPU costs ~2x instead of up to 15x, docs/contention.md). Off by default: MKL's matrix products for a few
-    rows (an engine's prefill, a shared prompt) round differently with 1 and 2 threads, so a run's figures then
-    depend on the load (``tests/test_team_invariance.py``). Off: a team of all the cores this process may use."""
+    shared CPU costs ~2x instead of up to 15x, docs/contention.md). A run's bits do not change with the team
+    (``tests/test_team_invariance.py``), so neither do its figures; with ``model.attention=eager`` (whose softmax
+    backward depends on the team) the team stays fixed. False: a team of all the cores this process may use."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the trainer and the embedded engine's torch decode run: auto is cuda when torch sees a GPU, else cpu
     (the compiled C decode step is CPU only: rollout.engine.kernel=native needs cpu)."""

@@ -9,12 +9,14 @@ as many threads as cores that no other thread has wanted for the last :data:`WIN
 ``/proc/loadavg``'s instantaneous count of runnable threads minus this process's own, looked at most every
 :data:`INTERVAL_S`.
 
-Opt-in (``adaptive_threads=true``), because it costs reproducibility: a run's numerics depend on the team size.
-Measured 2026-11-25 (``tests/test_team_invariance.py``, docs/contention.md): torch's CPU softmax backward (avoided
-by the ``harmonyrl_eager`` kernel), single reductions over more than 32,768 elements (the losses sum rows first),
-MKL's matrix products of 5-7 and 9-11 rows (an engine's prefill, a shared prompt) and at least one more op of a
-``micro`` training step all round differently with one thread and two. By default the team is fixed for the whole
-run at the cores this process may use (``threads > 0`` fixes it explicitly).
+The default (``adaptive_threads=true``) since 2026-11-26, because it no longer costs reproducibility: a run gives
+the same bits with any team size. What made the numerics team-dependent, and what removed it (measured by hashing
+every op's output with one thread and two, docs/contention.md): torch's CPU softmax backward (the
+``harmonyrl_eager`` kernel, the default, avoids it), single reductions over more than 32,768 elements (the losses
+sum rows first), MKL's matrix products of a few rows and of some MoE group sizes (MKL's strict reproducibility
+mode, ``MKL_CBWR=AUTO,STRICT``, which ``import harmonyrl`` sets) and the engine's prefill (batch-invariant since
+2026-11-26). :func:`configure` checks the MKL mode took effect (:func:`products_are_team_invariant`) and keeps a
+fixed team, with a warning, when it did not. ``threads > 0`` fixes the team explicitly.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections import deque
 from pathlib import Path
 
@@ -127,6 +130,21 @@ def adapt() -> int:
     return torch.get_num_threads()
 
 
+def products_are_team_invariant() -> bool:
+    """Whether a matrix product of 7 rows (one MKL rounds differently with 1 and 2 threads outside its strict mode)
+    gives the same bits with a team of one and of two: false when torch ran a product before ``import harmonyrl``
+    set ``MKL_CBWR``, or the user set another mode. Leaves the team at two threads."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(7, 64, generator=g), torch.randn(128, 64, generator=g)
+    out = []
+    for n in (1, 2):
+        torch.set_num_threads(n)
+        out.append(x @ w.T)
+    return torch.equal(out[0], out[1])
+
+
 def configure(threads: int, adaptive: bool = False) -> None:
     """The process's intra-op threads: ``threads > 0`` fixes them; 0 fixes them at the cores this process may
     use, or with ``adaptive`` resizes them to the free cores (before every optimizer step and every compiled
@@ -140,6 +158,15 @@ def configure(threads: int, adaptive: bool = False) -> None:
         torch.set_num_threads(threads)
         return
     cores = available_cores()
+    if adaptive and cores > 1 and not products_are_team_invariant():
+        warnings.warn(
+            f"MKL's strict reproducibility mode is not in effect (MKL_CBWR={os.environ.get('MKL_CBWR')!r}; a matrix "
+            "product ran before 'import harmonyrl'?): the thread team stays fixed at "
+            f"{cores}, so that results do not depend on the load (docs/contention.md)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        adaptive = False
     torch.set_num_threads(cores)
     if not adaptive:
         return

@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 
 KernelName = Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
 KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
+TEAM_INVARIANT_KERNELS: frozenset[str] = frozenset({"harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"})
+"""Kernels whose training gradients are the same bits with any number of threads (``tests/test_team_invariance.py``
+checks every kernel); transformers' ``eager`` is not (torch's CPU softmax backward)."""
 CHUNKED_EAGER: dict[str, str] = {"eager": "harmonyrl_eager_chunked", "harmonyrl_eager": "harmonyrl_eager_team_chunked"}
 """Each eager kernel's query-chunked twin (same rows, bounded temporaries); see the module docstring."""
 EAGER_CHUNK_ELEMENTS = 1 << 21

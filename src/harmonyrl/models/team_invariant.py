@@ -27,7 +27,8 @@ class _Softmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         p: torch.Tensor = ctx.saved_tensors[0]
-        return p * (grad - (grad * p).sum(dim=-1, keepdim=True))
+        out = grad * p
+        return out.addcmul_(p, out.sum(dim=-1, keepdim=True), value=-1.0)  # p·g − p·Σ(g·p), one temporary
 
 
 def softmax_last_dim(x: torch.Tensor) -> torch.Tensor:

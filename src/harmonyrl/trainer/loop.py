@@ -38,6 +38,7 @@ from harmonyrl.trainer.rl_phase import open_rl_phase
 from harmonyrl.trainer.run_context import RunContext
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
+    adapts_threads,
     check_engine,
     held_out_eval,
     held_out_tasks,
@@ -72,7 +73,7 @@ async def train(
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
     earlier run folder of that name. ``world``: this process's rank in a torchrun launch."""
     t_start = time.perf_counter()
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, adapts_threads(config))
     share_cores(world, config.threads)
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
@@ -201,7 +202,7 @@ def write_summary(result: TrainResult) -> None:
 async def sft_only(config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False) -> Path:
     """``harmonyrl sft``: warm start only; returns the checkpoint folder. Resumable like ``train``: progress
     is saved every ``sft.checkpoint_every`` steps, and ``resume`` continues from there, bit for bit."""
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, adapts_threads(config))
     done = config.output_dir / str(config.run_name) / "checkpoints" / "sft"
     if resume and (done / "config.json").is_file():  # written once, after the last step
         console.print(f"'{done.parent.parent}' finished its warm start already: nothing to resume")
@@ -230,7 +231,7 @@ async def eval_only(
 ) -> dict[str, float]:
     """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce`` (which env, and why) is printed once the
     checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error."""
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, adapts_threads(config))
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     await check_before_compute(config.env, factory, config.seed)

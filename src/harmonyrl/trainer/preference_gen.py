@@ -21,7 +21,7 @@ from harmonyrl.rewards.episodes import checked_score, episode_answer
 from harmonyrl.rewards.pair_files import write_pairs_jsonl
 from harmonyrl.rollout.scheduler import group_requests, run_episodes
 from harmonyrl.tasks.factory import check_before_compute
-from harmonyrl.trainer.setup import load_for, make_engine, make_factory, setup_process
+from harmonyrl.trainer.setup import adapts_threads, load_for, make_engine, make_factory, setup_process
 from harmonyrl.types import SamplingParams, Task, Trajectory
 
 
@@ -60,7 +60,7 @@ def pair_row(task: Task, a: Trajectory, b: Trajectory) -> dict[str, object] | No
 
 async def generate_pairs(config: RunConfig, checkpoint: Path, n_prompts: int, out: Path) -> PairStats:
     """Sample two answers per training task of ``config.env`` from ``checkpoint`` and write the ranked pairs."""
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, adapts_threads(config))
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
     if isinstance(factory, TeamFactory):  # run_episodes would play the first role only: pairs of half episodes

@@ -37,7 +37,7 @@ from harmonyrl.rollout.store import list_steps, read_step, step_path
 from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import last_dir
-from harmonyrl.trainer.setup import load_for, make_factory, rl_start_model, setup_process
+from harmonyrl.trainer.setup import adapts_threads, load_for, make_factory, rl_start_model, setup_process
 from harmonyrl.types import Task, Trajectory, Turn
 
 
@@ -163,7 +163,7 @@ def replay_step(run_dir: Path, step: int, checkpoint: Path | None = None, save_t
     if not 1 <= step <= config.rl.steps:
         raise ReplayError(f"step must be between 1 and rl.steps={config.rl.steps}, got {step}")
     trajectories = read_step(step_path(run_dir, step))  # a missing record fails before any model is loaded
-    setup_process(config.seed, config.threads, config.adaptive_threads)
+    setup_process(config.seed, config.threads, adapts_threads(config))
     learner = build_learner(config, run_dir, step, checkpoint)
     metrics = replay_update(learner, trajectories)
     weights = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}

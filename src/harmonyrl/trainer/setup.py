@@ -26,7 +26,7 @@ from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models import grad_checkpointing
-from harmonyrl.models.attention import set_kernel
+from harmonyrl.models.attention import TEAM_INVARIANT_KERNELS, set_kernel
 from harmonyrl.models.lora import ADAPTER_FILE, add_lora, load_adapters, merged_model
 from harmonyrl.models.sinks import set_sinks
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
@@ -51,6 +51,12 @@ def setup_process(seed: int, threads: int, adaptive_threads: bool = False) -> No
     torch.manual_seed(seed)
     configure_threads(threads, adaptive_threads)  # fixed, or adapted to the free cores (harmonyrl/threads.py)
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def adapts_threads(config: RunConfig) -> bool:
+    """Whether the thread team follows the load: ``adaptive_threads`` with an attention kernel whose bits do not
+    depend on the team, so that adapting never changes a run's numbers (``eager`` keeps a fixed team)."""
+    return config.adaptive_threads and config.model.attention in TEAM_INVARIANT_KERNELS
 
 
 def check_sinks(config: RunConfig) -> None:
