@@ -5,9 +5,9 @@ barrier. On a shared CPU a thread that loses its core to another process holds u
 partner spins, so two threads beside one busy process run slower than one thread (docs/contention.md: an SFT
 step 3x slower, two runs side by side 50x slower). The passive wait policy removes the spinning but costs
 2-2.5x on an idle virtual machine (every wake-up of a halted vCPU is slow), so the team size adapts instead:
-as many threads as cores that no other thread has wanted for the last :data:`WINDOW_S`, from
-``/proc/loadavg``'s instantaneous count of runnable threads minus this process's own, looked at most every
-:data:`INTERVAL_S`.
+as many threads as cores that no other thread of equal or higher priority has wanted for the last
+:data:`WINDOW_S`, from ``/proc/loadavg``'s instantaneous count of runnable threads minus this process's own, looked
+at most every :data:`INTERVAL_S` (and, when that count says someone else runs, which threads and at what priority).
 
 The default (``adaptive_threads=true``) since 2026-11-26, because it no longer costs reproducibility: a run gives
 the same bits with any team size. What made the numerics team-dependent, and what removed it (measured by hashing
@@ -30,6 +30,10 @@ from pathlib import Path
 
 INTERVAL_S = 0.1
 """Least time between two looks at the machine's load (a look costs ~50 us)."""
+
+SCAN_S = 0.5
+"""Least time between two scans of every thread's priority (:func:`competing_runnable`, ~3 ms); in between, a look
+takes the load average's count, capped by the last scan's."""
 
 WINDOW_S = 1.0
 """Another thread counts only if it was runnable at every look over at least this long: kernel workers, a shell
@@ -87,19 +91,64 @@ def own_runnable() -> int:
     return n
 
 
+def state_and_nice(stat: str) -> tuple[str, int]:
+    """A ``/proc/PID/task/TID/stat`` line's scheduler state (``R``: runnable) and nice value (fields 3 and 19)."""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0], int(fields[16])
+
+
+def autogroup_nice(text: str | None) -> int:
+    """``/proc/PID/autogroup`` (``"/autogroup-25 nice 19"``) → 19; 0 when there is none (no autogroups, a kernel
+    thread)."""
+    if not text or " nice " not in text:
+        return 0
+    return int(text.rsplit(" nice ", 1)[1])
+
+
+def competing_runnable(proc: Path = Path("/proc")) -> int:
+    """Runnable threads of other processes that compete with this one on equal terms: none at a lower priority
+    (a higher nice, or a higher autogroup nice). Beside a thread at nice 0 the scheduler gives a nice-19 one ~1.5 %
+    of a core, so a low-priority background job leaves this run its cores. ~1 ms for ~150 threads."""
+    me = str(os.getpid())
+    own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    own_group = autogroup_nice(_read(proc / me / "autogroup"))
+    n = 0
+    for pid in os.listdir(proc):
+        if not pid.isdigit() or pid == me:
+            continue
+        try:
+            tids = os.listdir(f"{proc}/{pid}/task")
+        except OSError:  # the process ended
+            continue
+        for tid in tids:
+            try:
+                with open(f"{proc}/{pid}/task/{tid}/stat") as f:
+                    state, nice = state_and_nice(f.read())
+            except (OSError, IndexError, ValueError):
+                continue
+            if state == "R" and nice <= own_nice and autogroup_nice(_read(proc / pid / "autogroup")) <= own_group:
+                n += 1
+    return n
+
+
 class ThreadGovernor:
     """The team size to use now (:meth:`threads`), for at most ``cores`` threads; see the module docstring."""
 
-    def __init__(self, cores: int, loadavg: Path = Path("/proc/loadavg")) -> None:
+    def __init__(self, cores: int, loadavg: Path = Path("/proc/loadavg"), proc: Path = Path("/proc")) -> None:
         self.cores = cores
         self._loadavg = loadavg
+        self._proc = proc
+        self._scanned = (-math.inf, 0)  # (when, competing threads then)
         self._looks: deque[tuple[float, int]] = deque()  # (when, other runnable threads), spanning >= WINDOW_S
         self._last = -math.inf
         self._threads = cores
 
     def threads(self) -> int:
-        """Free cores: the fewest other runnable threads seen over the last :data:`WINDOW_S` (and the look just
-        before it) taken from :attr:`cores`; re-checked at most every :data:`INTERVAL_S`."""
+        """Free cores: the fewest competing runnable threads seen over the last :data:`WINDOW_S` (and the look just
+        before it) taken from :attr:`cores`, none until the looks span the window; re-checked at most every
+        :data:`INTERVAL_S`. The load average's count of runnable threads says whether anyone else runs (cheap);
+        only then are the threads looked at one by one, at most every :data:`SCAN_S`, to leave out lower-priority
+        ones (:func:`competing_runnable`)."""
         now = time.monotonic()
         if self.cores <= 1 or now - self._last < INTERVAL_S:
             return self._threads
@@ -107,10 +156,14 @@ class ThreadGovernor:
         text = _read(self._loadavg)
         if text is None:  # not Linux: keep every core, as before
             return self._threads
-        self._looks.append((now, max(0, runnable_in_loadavg(text) - own_runnable())))
+        others = max(0, runnable_in_loadavg(text) - own_runnable())
+        if others and now - self._scanned[0] >= SCAN_S:
+            self._scanned = (now, competing_runnable(self._proc))
+        self._looks.append((now, min(others, self._scanned[1])))
         while len(self._looks) > 1 and now - self._looks[1][0] >= WINDOW_S:
             self._looks.popleft()  # the oldest look kept is the last one at least WINDOW_S old
-        self._threads = threads_for(self.cores, min(n for _, n in self._looks))
+        proven = now - self._looks[0][0] >= WINDOW_S  # a first busy look alone does not take a core away
+        self._threads = threads_for(self.cores, min(n for _, n in self._looks) if proven else 0)
         return self._threads
 
 
