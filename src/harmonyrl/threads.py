@@ -184,11 +184,14 @@ def adapt() -> int:
 
 
 def products_are_team_invariant() -> bool:
-    """Whether a matrix product of 7 rows (one MKL rounds differently with 1 and 2 threads outside its strict mode)
-    gives the same bits with a team of one and of two: false when torch ran a product before ``import harmonyrl``
-    set ``MKL_CBWR``, or the user set another mode. Leaves the team at two threads."""
+    """Whether torch's matrix products are MKL's in strict mode, checked on a product of 7 rows (one MKL rounds
+    differently with 1 and 2 threads outside that mode) with a team of one and of two: false when torch ran a
+    product before ``import harmonyrl`` set ``MKL_CBWR``, the user set another mode, or this torch has no MKL (other
+    BLAS libraries were not checked for team-invariance). Leaves the team at two threads."""
     import torch
 
+    if not torch.backends.mkl.is_available():
+        return False
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(7, 64, generator=g), torch.randn(128, 64, generator=g)
     out = []
@@ -214,7 +217,7 @@ def configure(threads: int, adaptive: bool = False) -> None:
     if adaptive and cores > 1 and not products_are_team_invariant():
         warnings.warn(
             f"MKL's strict reproducibility mode is not in effect (MKL_CBWR={os.environ.get('MKL_CBWR')!r}; a matrix "
-            "product ran before 'import harmonyrl'?): the thread team stays fixed at "
+            "product ran before 'import harmonyrl', or torch without MKL?): the thread team stays fixed at "
             f"{cores}, so that results do not depend on the load (docs/contention.md)",
             RuntimeWarning,
             stacklevel=2,
