@@ -56,6 +56,7 @@ from rich.console import Console
 
 import harmonyrl.tasks.calculator as calculator_env
 import harmonyrl.trainer.loop as loop
+import harmonyrl.trainer.rl_phase as rl_phase
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.distributed.ray_envs import close_env_pool
 from harmonyrl.harmony.codecs import load_codec
@@ -75,7 +76,7 @@ RL = [
 ASYNC = ["rl.correction.weights.mode=truncate"]
 EVALUATING = [False]
 """Set while a held-out evaluation runs: the tool answers without its delay (no batch is in flight then)."""
-EVAL, SAVE = loop.held_out_eval, loop.save_progress
+EVAL, SAVE = loop.held_out_eval, rl_phase.save_progress
 
 
 def latency_s(expression: str) -> float:
@@ -136,7 +137,7 @@ def clocked(clock: Clock) -> None:
             clock.steps.append((step, time.perf_counter(), state))
 
     loop.held_out_eval = held_out_eval  # type: ignore[assignment]
-    loop.save_progress = save_progress
+    rl_phase.save_progress = save_progress  # the RL step's save (trainer/rl_phase.py)
 
 
 async def evaluate_states(cfg: RunConfig, start: Path, states: list[dict[str, torch.Tensor]]) -> list[float]:

@@ -174,6 +174,8 @@ class AsyncConfig(Frozen):
 
     max_staleness: int = Field(0, ge=0)
     """Versions a trained sample may lag (k): step s trains on rollouts of version max(0, s-k); 0: synchronous."""
+    lr_decay: float = Field(0.0, ge=0)
+    """Staleness-aware step: with k > 0 each update's lr is rl.lr / (1 + lr_decay * k) (0: off; docs/async.md)."""
 
     @property
     def enabled(self) -> bool:

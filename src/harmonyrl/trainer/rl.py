@@ -18,6 +18,8 @@ is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -45,6 +47,7 @@ from harmonyrl.algorithms.losses import (
     ppo_clip_loss,
 )
 from harmonyrl.algorithms.mismatch import mismatch_metrics
+from harmonyrl.algorithms.staleness import staleness_lr_scale
 from harmonyrl.config import RLConfig
 from harmonyrl.distributed.fsdp import clip_grad_norm
 from harmonyrl.distributed.world import SINGLE, World, broadcast, max_all, most_rows, shard_rows, sum_all
@@ -167,14 +170,36 @@ def rl_update(
         assert old.routing is not None, "single_pass() is never chosen under R2"
         train_batch = replace(batch, routing=old.routing.used)
     tally = _Tally()
-    _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world), tally)
+    # async: a smaller step for a gradient taken on stale samples (the bound k: replay reads only the config)
+    scale = staleness_lr_scale(cfg.async_.max_staleness, cfg.async_.lr_decay)
+    with scaled_lr(optimizer, scale):
+        _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world), tally)
     tally.clip, tally.value_loss = (float(x) for x in sum_all(torch.tensor([tally.clip, tally.value_loss]), world))
     if old.single:  # each rank's pass filled in its rows (zeros elsewhere): the whole batch's, on every rank
         sum_all(old.logp, world)
     if tally.tripped is not None and snapshot is not None:
         restore(snapshot, model, value_head, optimizer)
     metrics = _metrics(model, prepared, cfg, ref_model, old, targets, tally, needs_ref, world)
+    if cfg.async_.enabled:  # k = 0 keeps today's keys
+        metrics["async/lr_scale"] = scale
     return UpdateResult(metrics, None if tally.tripped is None else "guard")
+
+
+@contextmanager
+def scaled_lr(optimizer: torch.optim.Optimizer, scale: float) -> Iterator[None]:
+    """Every parameter group's learning rate times ``scale`` inside the block, restored after it (the
+    checkpoint keeps the configured rate). ``scale == 1.0`` touches nothing."""
+    if scale == 1.0:
+        yield
+        return
+    saved = [group["lr"] for group in optimizer.param_groups]
+    for group, lr in zip(optimizer.param_groups, saved, strict=True):
+        group["lr"] = lr * scale
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, saved, strict=True):
+            group["lr"] = lr
 
 
 def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, tally: _Tally) -> None:
