@@ -70,7 +70,7 @@ class RLPhase:
         progress.stop()
         await self.pipeline.drain()  # async: the batches started ahead finish; the engine gets the final weights
         if (note := self.skipped.summary()) is not None:
-            self.ctx.console.print(f"[yellow]{note}[/]", soft_wrap=True)
+            self.ctx.progress.warn(note)
 
     async def step(self, step: int) -> tuple[dict[str, float], str | None]:
         """One RL step: its batch, what the batch shows, the update, the new weights to the engine, the held-out
@@ -186,7 +186,7 @@ async def open_rl_phase(
     breaker = FaultBreaker(config.rollout.fault_breaker)
     if resumed is not None:
         breaker.load_state(resumed.state.get("faults", {}))
-    skipped = SkippedUpdates(warn=lambda m: ctx.console.print(f"[yellow]{m}[/]", soft_wrap=True))
+    skipped = SkippedUpdates(warn=ctx.progress.warn)  # one warning style with the warm start's
     source = task_source(config, ctx.factory, resumed)  # the plain stream or a curriculum
     collect: Collect = _no_collect
     if engine is not None and limits is not None:
