@@ -120,14 +120,16 @@ def competing_runnable(proc: Path = Path("/proc")) -> int:
             tids = os.listdir(f"{proc}/{pid}/task")
         except OSError:  # the process ended
             continue
+        runnable = 0
         for tid in tids:
             try:
                 with open(f"{proc}/{pid}/task/{tid}/stat") as f:
                     state, nice = state_and_nice(f.read())
             except (OSError, IndexError, ValueError):
                 continue
-            if state == "R" and nice <= own_nice and autogroup_nice(_read(proc / pid / "autogroup")) <= own_group:
-                n += 1
+            runnable += state == "R" and nice <= own_nice
+        if runnable and autogroup_nice(_read(proc / pid / "autogroup")) <= own_group:  # read once per process
+            n += runnable
     return n
 
 

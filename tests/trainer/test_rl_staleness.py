@@ -7,7 +7,8 @@ import torch
 
 from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.trainer.rl import rl_update, scaled_lr
+from harmonyrl.trainer.lr_scale import scaled_lr
+from harmonyrl.trainer.rl import rl_update
 from harmonyrl.trainer.rl_targets import prepare
 from harmonyrl.types import Trajectory
 

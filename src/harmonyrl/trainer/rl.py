@@ -18,8 +18,6 @@ is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -55,6 +53,7 @@ from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch, Scored, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
+from harmonyrl.trainer.lr_scale import scaled_lr
 from harmonyrl.trainer.rl_targets import (
     MICRO_BATCH,
     LossTargets,
@@ -183,23 +182,6 @@ def rl_update(
     if cfg.async_.enabled:  # k = 0 keeps today's keys
         metrics["async/lr_scale"] = scale
     return UpdateResult(metrics, None if tally.tripped is None else "guard")
-
-
-@contextmanager
-def scaled_lr(optimizer: torch.optim.Optimizer, scale: float) -> Iterator[None]:
-    """Every parameter group's learning rate times ``scale`` inside the block, restored after it (the
-    checkpoint keeps the configured rate). ``scale == 1.0`` touches nothing."""
-    if scale == 1.0:
-        yield
-        return
-    saved = [group["lr"] for group in optimizer.param_groups]
-    for group, lr in zip(optimizer.param_groups, saved, strict=True):
-        group["lr"] = lr * scale
-    try:
-        yield
-    finally:
-        for group, lr in zip(optimizer.param_groups, saved, strict=True):
-            group["lr"] = lr
 
 
 def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, tally: _Tally) -> None:
