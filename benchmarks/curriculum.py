@@ -85,6 +85,11 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.10, help="held-out pass@1 counted as reached")
     parser.add_argument("--warm", type=Path, default=None, help="an SFT checkpoint to start from (default: train)")
     parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument(
+        "--curriculum",
+        default=" ".join(ARMS["curriculum"]),
+        help="the curriculum arm's settings, space-separated key=value (default: the frontier setting above)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temp dir)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
@@ -112,11 +117,13 @@ def main() -> None:
         warm = asyncio.run(sft_only(load_config(None, [*common, "run_name=warm"]), console))
     arms = []
     for name in args.arms.split(","):
-        run = [*base, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}", *ARMS[name]]
+        arm = args.curriculum.split() if name == "curriculum" else ARMS[name]
+        run = [*base, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}", *arm]
         asyncio.run(train(load_config(None, run), console, overwrite=True))
         arms.append(_read(out / name, name, args.target))
     arms.sort(key=lambda a: list(ARMS).index(a.name))  # the RESULT keys in one order, whatever order ran
-    print(f"warm start {warm}; {' '.join(base)}; load average {os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()[0]
+    print(f"warm start {warm}; {' '.join(base)}; curriculum arm: {args.curriculum}; load average {load:.1f}")
     print("| arm | pass@1 before | final | steps→target | min→target | RL minutes | episodes | curve |")
     print("|---|---|---|---|---|---|---|---|")
     for a in arms:

@@ -14,7 +14,7 @@ Two different ways of dropping tokens, kept apart on purpose:
     loss denominator (its contribution is zero, as in MIS);
   * rejection (``Rejection``) removes tokens or whole sequences from the *loss mask*: they leave the
     denominator too, as if they had never been sampled.
-Configs are frozen pydantic models with ``Literal`` discriminators so that ``config.py`` can embed them.
+Configs are frozen pydantic models with ``Literal`` discriminators so that the run config can embed them.
 """
 
 from __future__ import annotations

