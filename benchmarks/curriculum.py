@@ -1,23 +1,27 @@
 """Does a curriculum or dynamic sampling learn a hard task that plain sampling does not, in the same budget?
 
-    python benchmarks/curriculum.py [--steps 10] [--warm CKPT] [--out DIR] [key=value ...]
+    python benchmarks/curriculum.py [--steps 120] [--seeds 3] [--warm CKPT] [--out DIR] [key=value ...]
 
 The task: the calculator with longer numbers (``env.levels``: level L appends L digits to the last operand,
-docs/curriculum.md), training levels ``--levels`` (0-3), held-out levels ``--test-levels`` (1-3: the harder
-end). One warm start, the default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a
+docs/curriculum.md), training and held-out levels 0-3 (``--levels``, ``--test-levels``): half the problems
+(levels 2-3) are out of the warm start's reach, so uniform sampling spends half its episodes on groups that all
+fail. One warm start, the default ``harmonyrl sft`` on the usual calculator (level 0; or ``--warm``, such a
 checkpoint), is shared by three RL arms with the same seed, steps and episodes per step:
 
 * ``plain``: the training split in order (what every run did before);
 * ``dynamic``: the same stream, with ``rl.sampling.filter_uniform_groups`` refilling the batch (its extra groups
   are extra rollouts: the arm samples more episodes than the others, up to ``max_extra_groups`` per step);
-* ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.2 pass rate (the frontier), levels 0-1 open at
-  first, the next one opened once the hardest open one passes 40 % (``open_at``).
+* ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.5 pass rate (``--curriculum`` sets other
+  settings, e.g. the frontier setting ``rl.curriculum.target=0.2 rl.curriculum.start_levels=2 …``).
 
-Each arm evaluates held-out pass@1 every ``--eval-every`` steps. Reported per arm: the first evaluated step and
-the training minutes (sum of ``time/step_s``) at which pass@1 reached ``--target``, and the final pass@1. Times
-depend on the machine's load; the success figures are deterministic given the seed. Last line:
-``RESULT plain_final=… dynamic_final=… curriculum_final=… plain_min=… dynamic_min=… curriculum_min=…``
-(``_min``: minutes to the target, ``nan`` when not reached).
+Each arm evaluates held-out pass@1 (200 tasks × 4 samples at T=1) every ``--eval-every`` steps. Reported per
+arm: the first evaluated step and the training minutes (sum of ``time/step_s``) at which pass@1 reached
+``--target``, and the final pass@1. Times depend on the machine's load; the success figures are deterministic
+given the seed. ``--seeds N`` repeats every arm with seeds 0..N-1 (other training and held-out problems, the same
+warm start); runs finished in ``--out`` are reused. Last line, means over the seeds:
+``RESULT seeds=… plain_final=… dynamic_final=… curriculum_final=… plain_min=… dynamic_min=… curriculum_min=…
+plain_best=… …`` (``_min``: minutes to the target, ``nan`` unless every seed reached it; ``_best``: the highest
+evaluated pass@1 of each run, so ``curriculum_final > plain_best`` is a success the plain run never showed).
 """
 
 from __future__ import annotations
@@ -38,14 +42,9 @@ from harmonyrl.trainer.loop import sft_only, train
 ARMS: dict[str, list[str]] = {
     "plain": [],
     "dynamic": ["rl.sampling.filter_uniform_groups=true", "rl.sampling.max_extra_groups=8"],
-    # target 0.2: the frontier level (pass rate 0-0.4 when opened) is drawn most, not level 0 (0.3-0.6); the next
-    # level opens once the hardest open one passes 40 % (ema 0.1: not on one lucky group; docs/curriculum.md)
-    "curriculum": [
-        "rl.curriculum.target=0.2",
-        "rl.curriculum.ema=0.1",
-        "rl.curriculum.start_levels=2",
-        "rl.curriculum.open_at=0.4",
-    ],
+    # target 0.5: the levels whose groups pass about half the time, where a group-relative advantage is largest,
+    # are drawn most; a level every group fails (levels 2-3 for this warm start) keeps only the floor's share
+    "curriculum": ["rl.curriculum.target=0.5"],
 }
 
 
@@ -76,23 +75,34 @@ def _minutes(value: float | None) -> str:
     return "nan" if value is None else f"{value:.2f}"
 
 
-def main() -> None:
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=10, help="RL steps per arm (the budget)")
-    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=120, help="RL steps per arm (the budget)")
+    parser.add_argument("--eval-every", type=int, default=20)
     parser.add_argument("--levels", default="0,3", help="training levels LO,HI")
-    parser.add_argument("--test-levels", default="1,3", help="held-out levels LO,HI")
-    parser.add_argument("--target", type=float, default=0.10, help="held-out pass@1 counted as reached")
+    parser.add_argument("--test-levels", default="0,3", help="held-out levels LO,HI")
+    parser.add_argument("--target", type=float, default=0.15, help="held-out pass@1 counted as reached")
+    parser.add_argument("--seeds", type=int, default=1, help="run every arm with seeds 0..N-1 (other problems)")
     parser.add_argument("--warm", type=Path, default=None, help="an SFT checkpoint to start from (default: train)")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument(
         "--curriculum",
         default=" ".join(ARMS["curriculum"]),
-        help="the curriculum arm's settings, space-separated key=value (default: the frontier setting above)",
+        help="the curriculum arm's settings, space-separated key=value (default: target 0.5, above)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temp dir)")
+    parser.add_argument("--out", type=Path, default=None, help="keep the runs here; finished ones are reused")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    if any(o.split("=", 1)[0] == "seed" for o in args.overrides):
+        raise SystemExit("curriculum.py: the seeds are 0..N-1 of --seeds N, not a seed= override")
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-curriculum-"))
     console = Console()
     lo, hi = args.levels.split(",")
@@ -108,32 +118,43 @@ def main() -> None:
         "rollout.group_size=8",
         f"rl.steps={args.steps}",
         f"eval.every={args.eval_every}",
-        "eval.n_tasks=60",
-        "eval.samples_per_task=2",
+        "eval.n_tasks=200",
+        "eval.samples_per_task=4",
         *args.overrides,
     ]
     warm = args.warm
     if warm is None:
         warm = asyncio.run(sft_only(load_config(None, [*common, "run_name=warm"]), console))
-    arms = []
-    for name in args.arms.split(","):
-        arm = args.curriculum.split() if name == "curriculum" else ARMS[name]
-        run = [*base, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}", *arm]
-        asyncio.run(train(load_config(None, run), console, overwrite=True))
-        arms.append(_read(out / name, name, args.target))
-    arms.sort(key=lambda a: list(ARMS).index(a.name))  # the RESULT keys in one order, whatever order ran
+    names = sorted(args.arms.split(","), key=list(ARMS).index)  # the RESULT keys in one order
+    runs: dict[str, list[Arm]] = {name: [] for name in names}
+    for seed in range(args.seeds):
+        for name in names:
+            folder = out / f"seed{seed}"
+            if not (folder / name / "summary.json").is_file():  # a finished run (same command) is reused
+                arm = args.curriculum.split() if name == "curriculum" else ARMS[name]
+                where = [f"output_dir={folder}", f"run_name={name}", f"seed={seed}"]
+                run = [*base, *where, f"model.init_from={warm}", "sft.steps=0", *arm]
+                asyncio.run(train(load_config(None, run), console, overwrite=True))
+            runs[name].append(_read(folder / name, name, args.target))
     load = os.getloadavg()[0]
     print(f"warm start {warm}; {' '.join(base)}; curriculum arm: {args.curriculum}; load average {load:.1f}")
-    print("| arm | pass@1 before | final | steps→target | min→target | RL minutes | episodes | curve |")
-    print("|---|---|---|---|---|---|---|---|")
-    for a in arms:
-        curve = " ".join(f"{s}:{v:.2f}" for s, v in a.curve)
-        to_min = "—" if a.minutes_to_target is None else f"{a.minutes_to_target:.1f}"
-        print(f"| {a.name} | {a.before:.3f} | {a.final:.3f} | {a.steps_to_target or '—'} | {to_min} | "
-              f"{a.minutes:.1f} | {a.episodes} | {curve} |")  # fmt: skip
-    finals = " ".join(f"{a.name}_final={a.final:.3f}" for a in arms)
-    mins = " ".join(f"{a.name}_min={_minutes(a.minutes_to_target)}" for a in arms)
-    print(f"RESULT {finals} {mins}")
+    print("| arm | seed | pass@1 before | final | best | steps→target | min→target | RL minutes | episodes | curve |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        for seed, a in enumerate(runs[name]):
+            curve = " ".join(f"{s}:{v:.2f}" for s, v in a.curve)
+            to_min = "—" if a.minutes_to_target is None else f"{a.minutes_to_target:.1f}"
+            best = max(v for _, v in a.curve)
+            print(f"| {a.name} | {seed} | {a.before:.3f} | {a.final:.3f} | {best:.3f} | {a.steps_to_target or '—'} | "
+                  f"{to_min} | {a.minutes:.1f} | {a.episodes} | {curve} |")  # fmt: skip
+    # over seeds: mean final and best pass@1; minutes to the target only when every seed reached it
+    finals = " ".join(f"{n}_final={_mean([a.final for a in runs[n]]):.3f}" for n in names)
+    bests = " ".join(f"{n}_best={_mean([max(v for _, v in a.curve) for a in runs[n]]):.3f}" for n in names)
+    to = {n: [a.minutes_to_target for a in runs[n]] for n in names}
+    mins = " ".join(
+        f"{n}_min={_minutes(None if None in to[n] else _mean([m for m in to[n] if m is not None]))}" for n in names
+    )
+    print(f"RESULT seeds={args.seeds} {finals} {mins} {bests}")
 
 
 if __name__ == "__main__":
