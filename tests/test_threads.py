@@ -82,7 +82,8 @@ def fake_proc(root: Path, threads_by_pid: dict[int, list[tuple[str, int]]], grou
     return root
 
 
-def test_competing_threads_leave_out_lower_priority_work(tmp_path: Path) -> None:
+def test_competing_threads_leave_out_lower_priority_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads.os, "getpriority", lambda *_: 0)  # this run at nice 0, whatever runs the tests
     assert state_and_nice("42 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 19 3") == ("R", 19)
     assert autogroup_nice("/autogroup-7 nice 19\n") == 19 and autogroup_nice(None) == 0
     proc = fake_proc(
@@ -96,6 +97,8 @@ def test_competing_threads_leave_out_lower_priority_work(tmp_path: Path) -> None
         groups={30: 19},
     )
     assert competing_runnable(proc) == 1  # and this process's own two threads are never counted
+    monkeypatch.setattr(threads.os, "getpriority", lambda *_: 19)  # a run started with nice 19 (e.g. `nice pytest`)
+    assert competing_runnable(proc) == 2  # a nice-19 job is its equal; the low-priority autogroup still is not
 
 
 def test_governor_counts_only_threads_that_stay_runnable_for_the_window(
@@ -123,6 +126,7 @@ def test_governor_counts_only_threads_that_stay_runnable_for_the_window(
 def test_a_first_busy_look_or_a_niced_job_takes_no_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [0.0]
     monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(threads.os, "getpriority", lambda *_: 0)  # this run at nice 0, whatever runs the tests
     path = loadavg(tmp_path / "loadavg", 40)  # busy from the first look
     proc = fake_proc(tmp_path / "proc", {10: [("R", 0)]}, {})
     gov = ThreadGovernor(2, path, proc)
