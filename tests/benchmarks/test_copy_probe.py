@@ -3,14 +3,13 @@ a hand-made demonstration and on a checkpoint folder's own held-out tasks (a per
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from benchmark_module import load_benchmark
 from harmonyrl.config import dump_config, load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.trainer.checkpoint_files import RUN_CONFIG_FILE
@@ -19,16 +18,7 @@ from harmonyrl.trainer.sft import Demo
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "copy_probe.py"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("copy_probe_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+bench = load_benchmark("copy_probe")
 
 
 def test_tally_counts_written_number_tokens_and_whole_completions() -> None:

@@ -3,27 +3,18 @@ seeds (final and best pass@1; minutes to the target only when every seed reached
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from benchmark_module import load_benchmark
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "curriculum.py"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("curriculum_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+bench = load_benchmark("curriculum")
 
 
 def fake_run(folder: Path, curve: list[float], step_s: float = 6.0) -> None:

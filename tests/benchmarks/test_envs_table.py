@@ -3,16 +3,14 @@ presets it runs (one per built-in env, each a valid run config for that env)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from benchmark_module import load_benchmark
 from harmonyrl.config import load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.harmony.render import render_completion
@@ -22,16 +20,7 @@ from harmonyrl.tasks.factory import expert_for, make_factory
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "envs.py"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("envs_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+bench = load_benchmark("envs")
 
 
 def fake_run(out: Path, env: str, before: float, after: float, minutes: float = 2.5) -> None:

@@ -3,22 +3,12 @@ metrics.jsonl (no training)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from benchmark_module import load_benchmark
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "rewards.py"
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rewards_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(tmp_path: Path, proxy: list[float], truth: list[float], after: float = 0.125) -> Path:
@@ -34,7 +24,7 @@ def _run(tmp_path: Path, proxy: list[float], truth: list[float], after: float = 
 
 
 def test_gamed_arm_is_flagged_and_plotted(tmp_path: Path) -> None:
-    bench = _bench()
+    bench = load_benchmark("rewards")
     # proxy -2, -2, -1, -1 → first 2 mean -2, last 2 mean -1 (rises, no noise); truth 0.5, 0.5, 0.25, 0.25 falls
     c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.5, 0.5, 0.25, 0.25]), "rm")
     assert c.steps == [1, 2, 3, 4] and c.held_out == [(0, 0.25), (4, 0.125)]
@@ -51,14 +41,14 @@ def test_gamed_arm_is_flagged_and_plotted(tmp_path: Path) -> None:
 
 
 def test_truth_rising_with_the_proxy_is_not_gamed(tmp_path: Path) -> None:
-    bench = _bench()
+    bench = load_benchmark("rewards")
     c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.25, 0.25, 0.5, 0.5], after=0.25), "rm")
     r = bench.summarize(c, "rm", window=2)
     assert (r["truth_trend"], r["gamed"]) == ("rises / flat", "not gamed")
 
 
 def test_held_out_fall_alone_flags_gaming(tmp_path: Path) -> None:
-    bench = _bench()
+    bench = load_benchmark("rewards")
     c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.25, 0.5, 0.5, 0.25]), "rm")  # train curve flat
     r = bench.summarize(c, "rm", window=2)
     assert (r["truth_trend"], r["gamed"]) == ("flat / falls", "gamed")
