@@ -125,6 +125,9 @@ def main() -> None:
     warm = args.warm
     if warm is None:
         warm = asyncio.run(sft_only(load_config(None, [*common, "run_name=warm"]), console))
+    unknown = set(args.arms.split(",")) - set(ARMS)
+    if unknown:
+        raise SystemExit(f"curriculum.py: unknown arm(s) {', '.join(sorted(unknown))}; choose from {', '.join(ARMS)}")
     names = sorted(args.arms.split(","), key=list(ARMS).index)  # the RESULT keys in one order
     runs: dict[str, list[Arm]] = {name: [] for name in names}
     for seed in range(args.seeds):

@@ -4,6 +4,7 @@ seeds (final and best pass@1; minutes to the target only when every seed reached
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -52,7 +53,11 @@ def test_finished_runs_are_reused_and_the_seeds_averaged(
     )
 
 
-def test_a_seed_override_is_refused_rather_than_silently_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_seed_override_or_an_unknown_arm_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", ["curriculum.py", "--warm", "W", "seed=3"])
     with pytest.raises(SystemExit, match="--seeds N, not a seed= override"):
+        bench.main()
+    monkeypatch.setattr(sys, "argv", ["curriculum.py", "--warm", "W", "--arms", "plain,curricullum"])
+    expected = "unknown arm(s) curricullum; choose from plain, dynamic, curriculum"
+    with pytest.raises(SystemExit, match=re.escape(expected)):
         bench.main()
