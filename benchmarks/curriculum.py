@@ -34,9 +34,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
-from harmonyrl.config import load_config
+from harmonyrl.config import RunConfig, dump_config, load_config
 from harmonyrl.trainer.loop import sft_only, train
 
 ARMS: dict[str, list[str]] = {
@@ -59,6 +60,11 @@ class Arm:
     episodes: int
     curve: list[tuple[int, float]]
 
+    @property
+    def best(self) -> float:
+        """The highest evaluated held-out pass@1 of the run (before RL included)."""
+        return max(v for _, v in self.curve)
+
 
 def _read(run_dir: Path, name: str, target: float) -> Arm:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -73,6 +79,20 @@ def _read(run_dir: Path, name: str, target: float) -> Arm:
 
 def _minutes(value: float | None) -> str:
     return "nan" if value is None else f"{value:.2f}"
+
+
+def _finished_as(run_dir: Path, cfg: RunConfig) -> bool:
+    """``run_dir`` holds a finished run (``summary.json``) of exactly ``cfg``; a finished run of another config (an
+    earlier command with other flags into the same ``--out``) stops the benchmark rather than be reported."""
+    if not (run_dir / "summary.json").is_file():
+        return False
+    recorded, wanted = yaml.safe_load((run_dir / "config.yaml").read_text()), yaml.safe_load(dump_config(cfg))
+    recorded.pop("output_dir", None), wanted.pop("output_dir", None)  # a moved or linked folder is the same run
+    if recorded != wanted:
+        raise SystemExit(
+            f"curriculum.py: {run_dir} holds a finished run of other settings: delete it or use another --out"
+        )
+    return True
 
 
 def _mean(values: list[float]) -> float:
@@ -133,11 +153,11 @@ def main() -> None:
     for seed in range(args.seeds):
         for name in names:
             folder = out / f"seed{seed}"
-            if not (folder / name / "summary.json").is_file():  # a finished run (same command) is reused
-                arm = args.curriculum.split() if name == "curriculum" else ARMS[name]
-                where = [f"output_dir={folder}", f"run_name={name}", f"seed={seed}"]
-                run = [*base, *where, f"model.init_from={warm}", "sft.steps=0", *arm]
-                asyncio.run(train(load_config(None, run), console, overwrite=True))
+            arm = args.curriculum.split() if name == "curriculum" else ARMS[name]
+            where = [f"output_dir={folder}", f"run_name={name}", f"seed={seed}"]
+            cfg = load_config(None, [*base, *where, f"model.init_from={warm}", "sft.steps=0", *arm])
+            if not _finished_as(folder / name, cfg):  # a run finished with this very config is reused
+                asyncio.run(train(cfg, console, overwrite=True))
             runs[name].append(_read(folder / name, name, args.target))
     load = os.getloadavg()[0]
     print(f"warm start {warm}; {' '.join(base)}; curriculum arm: {args.curriculum}; load average {load:.1f}")
@@ -147,12 +167,12 @@ def main() -> None:
         for seed, a in enumerate(runs[name]):
             curve = " ".join(f"{s}:{v:.2f}" for s, v in a.curve)
             to_min = "—" if a.minutes_to_target is None else f"{a.minutes_to_target:.1f}"
-            best = max(v for _, v in a.curve)
-            print(f"| {a.name} | {seed} | {a.before:.3f} | {a.final:.3f} | {best:.3f} | {a.steps_to_target or '—'} | "
+            steps = "—" if a.steps_to_target is None else a.steps_to_target
+            print(f"| {a.name} | {seed} | {a.before:.3f} | {a.final:.3f} | {a.best:.3f} | {steps} | "
                   f"{to_min} | {a.minutes:.1f} | {a.episodes} | {curve} |")  # fmt: skip
     # over seeds: mean final and best pass@1; minutes to the target only when every seed reached it
     finals = " ".join(f"{n}_final={_mean([a.final for a in runs[n]]):.3f}" for n in names)
-    bests = " ".join(f"{n}_best={_mean([max(v for _, v in a.curve) for a in runs[n]]):.3f}" for n in names)
+    bests = " ".join(f"{n}_best={_mean([a.best for a in runs[n]]):.3f}" for n in names)
     to = {n: [a.minutes_to_target for a in runs[n]] for n in names}
     mins = " ".join(
         f"{n}_min={_minutes(None if None in to[n] else _mean([m for m in to[n] if m is not None]))}" for n in names

@@ -18,7 +18,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "curriculum.py"
 bench = load_benchmark("curriculum")
 
 
-def fake_run(folder: Path, curve: list[float], step_s: float = 6.0) -> None:
+def fake_run(folder: Path, curve: list[float], step_s: float = 6.0, config: str = "a: 1\n") -> None:
     """A finished RL run evaluated every 10 steps: ``curve[i]`` is pass@1 at step 10·i, each step ``step_s``."""
     folder.mkdir(parents=True)
     rows = [
@@ -27,10 +27,18 @@ def fake_run(folder: Path, curve: list[float], step_s: float = 6.0) -> None:
     rows += [{"phase": "eval", "step": 10 * i, "eval/success": v} for i, v in enumerate(curve)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text("{}")
+    (folder / "config.yaml").write_text(config)
+
+
+@pytest.fixture
+def same_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run the benchmark resolves has the config ``a: 1`` (the fake runs' unless told otherwise)."""
+    monkeypatch.setattr(bench, "load_config", lambda *_: None)
+    monkeypatch.setattr(bench, "dump_config", lambda _: "a: 1\n")
 
 
 def test_finished_runs_are_reused_and_the_seeds_averaged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], same_config: None
 ) -> None:
     fake_run(tmp_path / "seed0" / "plain", [0.10, 0.12, 0.11])
     fake_run(tmp_path / "seed1" / "plain", [0.20, 0.16, 0.14])
@@ -60,4 +68,13 @@ def test_a_seed_override_or_an_unknown_arm_is_a_one_line_error(monkeypatch: pyte
     monkeypatch.setattr(sys, "argv", ["curriculum.py", "--warm", "W", "--arms", "plain,curricullum"])
     expected = "unknown arm(s) curricullum; choose from plain, dynamic, curriculum"
     with pytest.raises(SystemExit, match=re.escape(expected)):
+        bench.main()
+
+
+def test_a_finished_run_of_other_settings_stops_the_benchmark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same_config: None
+) -> None:
+    fake_run(tmp_path / "seed0" / "plain", [0.10, 0.12], config="a: 2\n")  # e.g. an earlier --steps
+    monkeypatch.setattr(sys, "argv", ["curriculum.py", "--arms", "plain", "--warm", "W", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="holds a finished run of other settings: delete it or use another --out"):
         bench.main()
