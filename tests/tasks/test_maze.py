@@ -95,6 +95,12 @@ def test_bumps_and_bad_calls_are_observations_not_failures() -> None:
 def test_giving_up_terminates_and_the_turn_limit_truncates() -> None:
     [quit_] = play([[Message("assistant", "I give up.", channel="final")]])
     assert (quit_.reward, quit_.terminated, quit_.truncated, quit_.info["correct"]) == (0.0, True, False, 0.0)
+    # the format term pays a clean game to the exit or to the turn limit, never a clean start and a quit
+    weights = RewardWeights(outcome=0.8, format=0.2)
+    *_, quit_after_look = play([call("look"), [Message("assistant", "4", channel="final")]], weights)
+    *_, to_the_limit = play([call("look"), call("look")], weights, max_turns=2)
+    assert (quit_after_look.reward, quit_after_look.info["reward/format"]) == (0.0, 0.0)
+    assert to_the_limit.reward == pytest.approx(0.2) and to_the_limit.truncated
     first, second, third = play([call("look"), call("move", direction="east"), call("look")], max_turns=3)
     assert not first.truncated and not second.truncated
     assert (third.reward, third.terminated, third.truncated, third.info["turns"]) == (0.0, False, True, 3.0)

@@ -15,8 +15,8 @@ default 512: the expert's demonstrations (p_tool 0.8, p_verbose 0.3) measure 813
 Episode end: a ``move`` onto the exit terminates with outcome 1; a ``final`` message (giving up) terminates
 with outcome 0; after ``max_turns`` turns the episode is *truncated* (a time limit, not a task end). The
 terminal reward is :func:`~harmonyrl.envs.reward.compose_reward` of ``outcome``, ``format`` (every call
-was a well-formed call to a known tool), ``tool_use`` (at least one tool ran) and ``step_cost`` (minus the
-turns): with ``env.reward.step_cost=0.02`` a shorter walk to the exit earns more.
+was a well-formed call to a known tool, and the player did not give up), ``tool_use`` (at least one tool ran)
+and ``step_cost`` (minus the turns): with ``env.reward.step_cost=0.02`` a shorter walk to the exit earns more.
 
 Mazes are perfect mazes (randomised depth-first carving) with ``size // 2`` extra openings, so there are
 loops and a wrong turn can be undone more than one way. A maze is its map (``#`` walls, ``.`` rooms and
@@ -267,7 +267,8 @@ class MazeEnv:
         solved = self.walker.at == self.maze.goal
         terms = {
             "outcome": float(solved),
-            "format": float(self._invalid == 0 and self._tools_ran > 0),
+            # giving up is a stop, not a clean game: paying it would teach "look once, then quit" (seen in RL)
+            "format": float(self._invalid == 0 and self._tools_ran > 0 and (solved or not terminated)),
             "tool_use": float(self._tools_ran > 0),
             "step_cost": -float(self._turns),
         }
