@@ -113,11 +113,14 @@ def run_env(env: str, preset: Path, out: Path, timeout_s: float | None) -> str:
     """Run (or resume) ``env``'s training in a subprocess: ``done``, ``stopped at the deadline`` or ``failed …``.
 
     The preset is copied beside the run folder when it starts; a finished or stopped run is reused only if its
-    preset is unchanged (a changed preset would put another config's figures in the table)."""
+    preset still resolves to the same config (a changed value would put another config's figures in the table; a
+    changed comment does not). The copy is refreshed then, so the folder shows the preset's current text."""
     run, copy, log = out / env, out / f"{env}.preset.yaml", out / f"{env}.log"
     text = preset.read_text()
     if run.exists() and copy.is_file() and copy.read_text() != text:
-        sys.exit(f"error: {preset} changed since the run in {run}: delete that folder to run it again")
+        if load_config(copy, []) != load_config(preset, []):
+            sys.exit(f"error: {preset} changed since the run in {run}: delete that folder to run it again")
+        copy.write_text(text)
     if (run / "summary.json").is_file():
         print(f"{env}: reusing the finished run {run}", flush=True)
         return "done"

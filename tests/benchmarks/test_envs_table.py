@@ -112,7 +112,10 @@ def test_a_finished_run_is_reused_and_a_changed_preset_refused(tmp_path: Path, m
     (out / "sql.preset.yaml").write_text(preset.read_text())
     monkeypatch.setattr(subprocess, "run", _no_subprocess)
     assert bench.run_env("sql", preset, out, None) == "done"
-    preset.write_text(preset.read_text() + "\n# changed\n")
+    preset.write_text(preset.read_text() + "\n# a comment changes nothing the run did\n")
+    assert bench.run_env("sql", preset, out, None) == "done"
+    assert (out / "sql.preset.yaml").read_text() == preset.read_text()
+    preset.write_text(preset.read_text().replace("n_tasks: 50", "n_tasks: 40"))
     with pytest.raises(SystemExit, match="changed since the run"):
         bench.run_env("sql", preset, out, None)
 
