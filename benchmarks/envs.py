@@ -25,6 +25,7 @@ from pathlib import Path
 
 import harmonyrl
 from harmonyrl.config import RunConfig, load_config
+from harmonyrl.tasks.factory import make_factory
 
 ENVS = ("calculator", "retool", "sql", "instruct", "maze", "browse", "humaneval")
 """Every built-in env, in the order they run (cheapest first, as measured by a probe on 2026-11-25)."""
@@ -70,7 +71,8 @@ def budget_of(cfg: RunConfig) -> str:
 def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRow:
     """The row of ``env`` from its run folder ``out/env`` (``summary.json``); without one, ``status_if_missing``,
     or where the run stopped if an earlier invocation started it (it was not run *this* time)."""
-    budget = budget_of(load_config(preset, []))
+    cfg = load_config(preset, [])
+    budget = budget_of(cfg)
     run = out / env
     summary = run / "summary.json"
     if not summary.is_file():
@@ -80,7 +82,14 @@ def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRo
     side = out / f"{env}.bench.json"
     load = json.loads(side.read_text()).get("load", "") if side.is_file() else ""
     return EnvRow(env, budget, "done", s["success_before"], s["success_after"], s["greedy_success_before"],
-                  s["greedy_success_after"], s["minutes"], load, tool_call_rates(run / "metrics.jsonl"))  # fmt: skip
+                  s["greedy_success_after"], s["minutes"], load,
+                  tool_call_rates(run / "metrics.jsonl") if has_tools(cfg) else None)  # fmt: skip
+
+
+def has_tools(cfg: RunConfig) -> bool:
+    """Whether the env gives the model any tool (instruct does not: its tool-call rate is no signal)."""
+    factory = make_factory(cfg.env, cfg.seed)
+    return bool(factory.make(factory.tasks("test")[0]).tools)
 
 
 def tool_call_rates(metrics: Path) -> tuple[float, float] | None:

@@ -85,6 +85,9 @@ def test_tool_call_rates_are_the_first_and_last_evaluation(tmp_path: Path) -> No
     assert bench.table([row])[2].split(" | ")[7] == "49.0% → 4.0%"
     (tmp_path / "sql" / "metrics.jsonl").write_text(json.dumps(evals[0]) + "\n")  # one evaluation: no pair
     assert bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x").tool_calls is None
+    fake_run(tmp_path, "instruct", 0.1, 0.2)  # an env without tools: its 0 % -> 0 % would read as a lost habit
+    (tmp_path / "instruct" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench.read_row("instruct", bench.PRESETS / "instruct.yaml", tmp_path, "x").tool_calls is None
 
 
 def test_plot_is_written_with_a_missing_env(tmp_path: Path) -> None:
