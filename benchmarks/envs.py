@@ -6,7 +6,7 @@ Each env runs ``harmonyrl train -c src/harmonyrl/presets/<env>.yaml threads=1`` 
 on the env's scripted expert → held-out eval → RL → held-out eval), one after the other, cheapest first. An env
 *learned* when its held-out pass@1 (``eval/success``, sampled at T=1) rose by at least 10 points from its warm
 start. Finished runs in ``--out`` are reused and a stopped one is resumed (``--resume``), so an interrupted
-benchmark continues where it stopped; a run whose preset changed since is refused (delete its folder). With
+benchmark continues where it stopped; a run whose preset now sets other values is refused (delete its folder). With
 ``--deadline`` (UTC), a run still going then is stopped (kept for resuming) and envs not started are reported as
 "not run (budget)" — never a made-up figure. Writes ``envs.md`` (the table) and ``envs.png`` (before → after
 per env) into ``--out``. Last line: ``RESULT envs=a,b,… learned=N of M`` (M: the selected envs, run or not).
