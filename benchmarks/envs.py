@@ -68,12 +68,22 @@ def budget_of(cfg: RunConfig) -> str:
     )
 
 
+def ran_another_preset(env: str, preset: Path, out: Path) -> bool:
+    """Whether the run in ``out/env`` was started from a preset (its copy beside the run) that resolves to another
+    config than ``preset`` does now; a changed comment is not another config."""
+    copy = out / f"{env}.preset.yaml"
+    return (out / env).exists() and copy.is_file() and load_config(copy, []) != load_config(preset, [])
+
+
 def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRow:
     """The row of ``env`` from its run folder ``out/env`` (``summary.json``); without one, ``status_if_missing``,
-    or where the run stopped if an earlier invocation started it (it was not run *this* time)."""
+    or where the run stopped if an earlier invocation started it (it was not run *this* time). A run of an older
+    preset has no figures here: they would stand beside the new preset's budget."""
     cfg = load_config(preset, [])
     budget = budget_of(cfg)
     run = out / env
+    if ran_another_preset(env, preset, out):
+        return EnvRow(env, budget, f"ran an older preset (delete {run} to run this one)")
     summary = run / "summary.json"
     if not summary.is_file():
         started = status_if_missing == "not run (budget)" and (run / "metrics.jsonl").is_file()
@@ -127,7 +137,7 @@ def run_env(env: str, preset: Path, out: Path, timeout_s: float | None) -> str:
     run, copy, log = out / env, out / f"{env}.preset.yaml", out / f"{env}.log"
     text = preset.read_text()
     if run.exists() and copy.is_file() and copy.read_text() != text:
-        if load_config(copy, []) != load_config(preset, []):
+        if ran_another_preset(env, preset, out):
             sys.exit(f"error: {preset} changed since the run in {run}: delete that folder to run it again")
         copy.write_text(text)
     if (run / "summary.json").is_file():

@@ -123,6 +123,19 @@ def test_a_finished_run_is_reused_and_a_changed_preset_refused(tmp_path: Path, m
         bench.run_env("sql", preset, out, None)
 
 
+def test_a_run_of_an_older_preset_shows_no_figures_beside_the_new_budget(tmp_path: Path) -> None:
+    preset = tmp_path / "sql.yaml"
+    preset.write_text((bench.PRESETS / "sql.yaml").read_text())
+    out = tmp_path / "out"
+    fake_run(out, "sql", 0.1, 0.4)
+    (out / "sql.preset.yaml").write_text(preset.read_text())
+    assert bench.read_row("sql", preset, out, "not run (budget)").after == 0.4
+    preset.write_text(preset.read_text().replace("steps: 60", "steps: 70"))
+    row = bench.read_row("sql", preset, out, "not run (budget)")
+    assert row.before is None and row.after is None and row.status.startswith("ran an older preset")
+    assert "RL 70×" in row.budget and not row.learned
+
+
 def test_a_stopped_run_is_resumed_with_its_own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     (out / "maze").mkdir(parents=True)
