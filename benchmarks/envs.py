@@ -136,10 +136,10 @@ def run_env(env: str, preset: Path, out: Path, timeout_s: float | None) -> str:
     changed comment does not). The copy is refreshed then, so the folder shows the preset's current text."""
     run, copy, log = out / env, out / f"{env}.preset.yaml", out / f"{env}.log"
     text = preset.read_text()
-    if run.exists() and copy.is_file() and copy.read_text() != text:
-        if ran_another_preset(env, preset, out):
-            sys.exit(f"error: {preset} changed since the run in {run}: delete that folder to run it again")
-        copy.write_text(text)
+    if ran_another_preset(env, preset, out):
+        sys.exit(f"error: {preset} changed since the run in {run}: delete that folder to run it again")
+    if run.exists() and copy.is_file():
+        copy.write_text(text)  # at most a comment changed: the folder shows the preset's current text
     if (run / "summary.json").is_file():
         print(f"{env}: reusing the finished run {run}", flush=True)
         return "done"
