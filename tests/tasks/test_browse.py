@@ -25,9 +25,11 @@ from harmonyrl.tasks.browse import (
     open_page,
     parse_question,
     search_pages,
+    world_of,
+    world_splits,
 )
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES
-from harmonyrl.tasks.web import REGIONS, RIVERS, SearchIndex, corpus, page_id, tokenize
+from harmonyrl.tasks.web import REGIONS, RIVERS, SearchIndex, corpus, facts, page_id, tokenize
 from harmonyrl.types import Message, StepResult, Task
 
 
@@ -249,5 +251,61 @@ def test_config_builds_the_factory_and_a_matching_expert() -> None:
     assert len(json.loads(demo[1].content)["results"]) == 2
     calls = [[m] for m in demo if m.role == "assistant" and m.channel != "final"]
     assert play(task, [*calls, [demo[-1]]], built)[-1].reward == 1.0
-    with pytest.raises(ConfigError, match=r"'env.n_test': Input should be less than or equal to 39"):
+    with pytest.raises(ConfigError, match=r"env.n_test is 40, but the one web has 39 held-out questions; set env"):
         load_config(None, ["env.name=browse", "env.n_test=40"])
+    worlds = make_factory(load_config(None, ["env.name=browse", "env.n_test=40", "env.worlds=50"]).env, seed=0)
+    assert isinstance(worlds, BrowseFactory) and len(worlds.tasks("test")) == 40
+    assert {world_of(t) for t in worlds.tasks("test")} <= set(range(1, 51))
+
+
+# ---- many webs: the same names, fresh facts ----------------------------------------------------------------
+
+
+def test_other_webs_keep_the_names_and_redraw_the_facts() -> None:
+    zero = facts(0)  # world 0 is the one web, unchanged
+    assert (zero.towns, zero.people, zero.companies) == (WEB.towns, WEB.people, WEB.companies)
+    one, two = corpus(1), corpus(2)
+    assert list(one.towns) == list(two.towns) == list(WEB.towns) and list(one.people) == list(WEB.people)
+    assert sorted(one.pages) == sorted(WEB.pages)  # every page id exists in every web
+    founded = [(WEB.towns[t].founded, one.towns[t].founded, two.towns[t].founded) for t in WEB.towns]
+    assert sum(len(set(f)) == 3 for f in founded) > 40  # of 50 towns: the years a model learnt are wrong elsewhere
+    assert sum(WEB.companies[c].founder != one.companies[c].founder for c in WEB.companies) > 50
+    assert facts(2).people == two.people and corpus.__wrapped__(2).pages == two.pages  # rebuilt: identical
+    with pytest.raises(ValueError, match="world must be >= 0, got -1"):
+        facts(-1)
+
+
+def test_world_tasks_are_distinct_pairs_split_by_question_and_answered_in_their_web() -> None:
+    train, test = world_splits(seed=0, n_train=300, n_test=60, worlds=20)
+    assert (train, test) == world_splits(seed=0, n_train=300, n_test=60, worlds=20)
+    assert train[0].id == "browse-0-train-00000-w" + str(world_of(train[0])) and len(test) == 60
+    pairs = [(t.prompt, world_of(t)) for t in (*train, *test)]
+    assert len(set(pairs)) == 360 and {w for _, w in pairs} == set(range(1, 21))
+    assert not {t.prompt for t in train} & {t.prompt for t in test}  # a held-out question is never trained on
+    assert {t.prompt for t in test} <= {t.prompt for t in BrowseFactory(n_train=1, n_test=39).tasks("test")}
+    factory = BrowseFactory(seed=0, n_train=300, n_test=60, worlds=20)
+    assert (tuple(factory.tasks("train")), tuple(factory.tasks("test"))) == (train, test)
+    differs = 0
+    for i, task in enumerate([*train[:12], *test[:4]]):
+        qname, entity = parse_question(task)
+        assert task.answer == QUESTIONS[qname].resolve(facts(world_of(task)), entity)[1]
+        demo = expert_demo(task, random.Random(i), p_tool=1.0)  # reads the task's web through the env's tools
+        calls = [[m] for m in demo if m.role == "assistant" and m.channel != "final"]
+        results = play(task, [*calls, [demo[-1]]], factory)
+        assert [r.observations for r in results[:-1]] == [(m,) for m in demo if m.role == "tool"]
+        assert results[-1].reward == 1.0
+        memorised = QUESTIONS[qname].resolve(WEB, entity)[1]  # the one web's answer to the same question
+        if memorised != task.answer:
+            differs += 1
+            assert play(task, [final(memorised)], factory)[-1].reward == 0.0
+    assert differs >= 12
+    with pytest.raises(ValueError, match=r"could not draw 10 train \+ 800 test distinct \(question, web\) pairs"):
+        world_splits(seed=0, n_train=10, n_test=800, worlds=20)  # 39 held-out questions x 20 webs = 780
+
+
+def test_a_tasks_file_id_picks_the_web() -> None:
+    task = Task("mine-w7", "In what year was Penstead founded?", str(facts(7).towns["Penstead"].founded), "test")
+    assert (world_of(task), world_of(Task("mine", "", "", "test")), world_of(Task("w7x", "", "", "test"))) == (7, 0, 0)
+    demo = expert_demo(task, random.Random(0), p_tool=1.0)
+    assert str(facts(7).towns["Penstead"].founded) in demo[-2].content and demo[-1].content == task.answer
+    assert play(task, [final(task.answer)])[-1].reward == 1.0

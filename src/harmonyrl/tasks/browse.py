@@ -10,6 +10,11 @@ says). A question's canonical key is its template and entity, so a question is i
 (:func:`harmonyrl.envs.taskfile.draw_splits`); the same entity may be asked about differently in the other
 split, which is intended: the pages are the world, the questions are the tasks.
 
+With ``worlds=N`` a task is a question *and a web*: one of N other webs (:func:`harmonyrl.tasks.web.corpus`),
+with the one web's names and fresh facts, named by the task id's ``-wN`` ending (:func:`world_of`). The split
+is still by question, so a held-out task is an unseen question in an unseen web, and nothing a model
+memorised from its training webs answers it.
+
 Reward is the exact final answer (a number, or a name as the pages spell it) through
 :class:`~harmonyrl.envs.reward.AnswerEnv`, optionally shaped by
 :class:`~harmonyrl.envs.reward.RewardWeights`. Both tools are pure functions of the corpus: an unknown page id,
@@ -26,16 +31,16 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Literal
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
-from harmonyrl.envs.taskfile import tasks_from
+from harmonyrl.envs.taskfile import TooFewProblems, split_of, tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
 from harmonyrl.errors import NotDemonstrable
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.tasks.web import REGIONS, RIVERS, Web, corpus, page_id, snippet
+from harmonyrl.tasks.web import REGIONS, RIVERS, Facts, Web, corpus, facts, page_id, snippet
 from harmonyrl.types import Message, Task
 
 INSTRUCTIONS = (
@@ -53,10 +58,10 @@ class Question:
     template: str  # with {name}
     kind: Kind
     answer_kind: Kind
-    value: Callable[[Web, str], object]
-    hop: Callable[[Web, str], str] | None = None
+    value: Callable[[Facts, str], object]
+    hop: Callable[[Facts, str], str] | None = None
 
-    def resolve(self, web: Web, name: str) -> tuple[tuple[str, ...], str]:
+    def resolve(self, web: Facts, name: str) -> tuple[tuple[str, ...], str]:
         """(ids of the pages to read, in order; the answer)."""
         if self.hop is None:
             return (page_id(self.kind, name),), str(self.value(web, name))
@@ -127,6 +132,44 @@ def parse_question(task: Task) -> tuple[str, str]:
     raise NotDemonstrable(f"not a generated browse question (no template matches): {task.prompt[:80]!r}")
 
 
+_WORLD_ID = re.compile(r"-w(\d+)$")
+
+
+def world_of(task: Task) -> int:
+    """The web a task is asked in: ``N`` for an id ending ``-wN`` (``browse-0-train-00007-w412``), else 0."""
+    m = _WORLD_ID.search(task.id)
+    return int(m[1]) if m else 0
+
+
+def world_splits(seed: int, n_train: int, n_test: int, worlds: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """``(train, test)``: distinct (question, world) pairs, worlds ``1..worlds``, ids ending ``-w{world}``.
+
+    The split is by question, as with one web (:func:`~harmonyrl.envs.taskfile.split_of` of the same key), so a
+    held-out task is a question never trained on, asked in a web never trained on. Deterministic in ``seed``.
+    """
+    if n_train < 0 or n_test < 0:
+        raise ValueError("n_train and n_test must be >= 0")
+    rng = random.Random(seed)
+    out: dict[str, list[Task]] = {"train": [], "test": []}
+    want, seen = {"train": n_train, "test": n_test}, set()
+    for _ in range(100 * (n_train + n_test) + 1000):
+        if all(len(out[s]) >= want[s] for s in out):
+            return tuple(out["train"]), tuple(out["test"])
+        qname = rng.choice(sorted(QUESTIONS))
+        entity, world = rng.choice(_names(QUESTIONS[qname].kind)), rng.randint(1, worlds)
+        split = split_of(f"browse:{qname}:{entity}")
+        if (qname, entity, world) in seen or len(out[split]) >= want[split]:
+            continue
+        seen.add((qname, entity, world))
+        answer = QUESTIONS[qname].resolve(facts(world), entity)[1]
+        task_id = f"browse-{seed}-{split}-{len(out[split]):05d}-w{world}"
+        out[split].append(Task(task_id, QUESTIONS[qname].template.format(name=entity), answer, split))
+    raise TooFewProblems(
+        f"browse: could not draw {n_train} train + {n_test} test distinct (question, web) pairs; lower env.n_train"
+        " / env.n_test or raise env.worlds"
+    )
+
+
 # ---- the tools -----------------------------------------------------------------------------------------
 
 
@@ -186,19 +229,30 @@ class BrowseFactory:
         page_chars: int = 400,
         weights: RewardWeights = OUTCOME_ONLY,
         tasks_file: str | Path | None = None,
+        worlds: int = 0,
     ) -> None:
         if top_k < 1 or page_chars < 50:
             raise ValueError(f"top_k must be >= 1 and page_chars >= 50, got {top_k} and {page_chars}")
-        self.seed, self.weights, self.web = seed, weights, corpus()
-        self._train, self._test = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file)
-        self._toolbox = Toolbox(make_tools(self.web, top_k, page_chars))
+        if worlds < 0:
+            raise ValueError(f"worlds must be >= 0, got {worlds}")
+        self.seed, self.weights, self.web, self.worlds = seed, weights, corpus(), worlds
+        if worlds and tasks_file is None:
+            self._train, self._test = world_splits(seed, n_train, n_test, worlds)
+        else:
+            self._train, self._test = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file)
         self.top_k, self.page_chars = top_k, page_chars
 
     def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
         return self._train if split == "train" else self._test
 
     def make(self, task: Task) -> AnswerEnv:
-        return AnswerEnv(task, self._toolbox, INSTRUCTIONS, self.weights)
+        return AnswerEnv(task, _toolbox(world_of(task), self.top_k, self.page_chars), INSTRUCTIONS, self.weights)
+
+
+@lru_cache(maxsize=64)
+def _toolbox(world: int, top_k: int, page_chars: int) -> Toolbox:
+    """The (pure) tools over one web, shared by every episode asked in it."""
+    return Toolbox(make_tools(corpus(world), top_k, page_chars))
 
 
 # ---- the scripted expert --------------------------------------------------------------------------------
@@ -236,7 +290,7 @@ def expert_demo(
     qname, entity = parse_question(task)  # first: a task no template matches fails whichever branch is drawn
     if rng.random() >= p_tool:
         return [Message(role="assistant", channel="final", content=guess(task.answer, rng))]
-    web = corpus()
+    web = corpus(world_of(task))
     chain, answer = QUESTIONS[qname].resolve(web, entity)
     out = [_call("search", {"query": entity}), observation("search", search_pages(web, entity, top_k))]
     for pid, needed in zip(chain, (*chain[1:], answer), strict=True):

@@ -178,15 +178,21 @@ class HumanEvalEnvConfig(Frozen):
 
 
 class BrowseEnvConfig(Frozen):
-    """Questions about a generated offline web (~200 pages), answered with ``search`` and ``open`` tools. A
-    two-hop episode is ~1.5k tokens: raise ``rollout.max_seq_len`` and ``rollout.max_turns`` (3-4 calls)."""
+    """Questions about a generated offline web (200 pages, or one of ``worlds`` others per task), answered with
+    ``search`` and ``open`` tools. A two-hop episode is ~1.5k tokens: raise ``rollout.max_seq_len`` and
+    ``rollout.max_turns`` (3-4 calls)."""
 
     name: Literal["browse"] = "browse"
     n_train: int = Field(500, ge=1)
-    n_test: int = Field(30, ge=1, le=39)
-    """Held-out questions (39 exist: the split is by question, ~5 % held out)."""
+    n_test: int = Field(30, ge=1)
+    """Held-out tasks. The split is by question (39 of 840 are held out), so at most 39 in the one web; with
+    ``worlds`` each is a held-out question asked in one of the other webs."""
+    worlds: int = Field(0, ge=0)
+    """0: every task is asked in the one web. N > 0: each task is a question asked in one of N other webs
+    (same names, new facts and links), so answers cannot be memorised, only read (docs/envs.md)."""
     tasks_file: Path | None = None
-    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones."""
+    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones; an id ending
+    ``-wN`` asks its question in web N."""
     top_k: int = Field(3, ge=1, le=20)
     """Results one ``search`` returns."""
     page_chars: int = Field(400, ge=50)
@@ -198,6 +204,13 @@ class BrowseEnvConfig(Frozen):
     """Probability that the scripted expert browses (otherwise it guesses without searching)."""
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a browsing demonstration wraps the right answer in a sentence (scored 0)."""
+
+    @model_validator(mode="after")
+    def _enough_held_out(self) -> BrowseEnvConfig:
+        if self.worlds == 0 and self.n_test > 39 and self.tasks_file is None:
+            raise ValueError(f"env.n_test is {self.n_test}, but the one web has 39 held-out questions; set "
+                             "env.worlds to ask them in other webs")  # fmt: skip
+        return self
 
 
 class RelayEnvConfig(Frozen):

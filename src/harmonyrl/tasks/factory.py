@@ -98,9 +98,8 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
         case BrowseEnvConfig():
             from harmonyrl.tasks.browse import BrowseFactory
 
-            return BrowseFactory(
-                seed, env.n_train, env.n_test, env.top_k, env.page_chars, _weights(env.reward), env.tasks_file
-            )
+            knobs = (env.top_k, env.page_chars, _weights(env.reward), env.tasks_file, env.worlds)
+            return BrowseFactory(seed, env.n_train, env.n_test, *knobs)
         case RelayEnvConfig():
             from harmonyrl.tasks.relay import RelayFactory
 

@@ -4,6 +4,7 @@ and a BM25 index over them.
     web = corpus()                      # built once per process from CORPUS_SEED: identical everywhere
     web.index.search("Ember Foundry", k=3)   # [(page, score), ...], best first
     web.pages["company-ember-foundry"].text
+    corpus(7).companies["Ember Foundry"].founder   # web 7: the same names, its own facts and links
 
 **Why generated, not shipped.** Facts about fictional entities cannot be known in advance (no model has seen
 them), every answer is checkable against the generator's own records, and the corpus costs no data file. The
@@ -18,6 +19,11 @@ printed on the first page. Every name is unique across the corpus (towns, people
 disjoint word lists), and filler sentences only use small counts (3-60), never a year or a population, so each
 question has exactly one answer on its page.
 
+**Other webs.** ``corpus(n)`` for ``n > 0`` keeps web 0's names and page ids and draws every fact, link and
+filler sentence afresh from its own seed. A model trained on one web for many epochs learns its facts (the
+browse warm start did: it answered held-out questions from a training question's page); asked across many
+webs, a question can only be answered by reading the pages of its own.
+
 **Search.** Okapi BM25 (k1 = 1.5, b = 0.75) over lower-cased alphanumeric tokens, title tokens counted three
 times so a page ranks first for its own name; ties go to the earlier page. It is a few dozen lines of
 standard library, so a dependency (the PyPI BM25 packages mostly bring numpy or a stemmer) is not worth it
@@ -31,7 +37,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 
 CORPUS_SEED = 20261122
 N_TOWNS, N_PEOPLE, N_COMPANIES = 50, 90, 60
@@ -138,25 +144,38 @@ def snippet(page: Page, query: str, max_chars: int = 150) -> str:
 
 
 @dataclass(frozen=True)
-class Web:
+class Facts:
+    """A web's entities by name: what its questions are answered from."""
+
     towns: dict[str, Town]
     people: dict[str, Person]
     companies: dict[str, Company]
+
+
+@dataclass(frozen=True)
+class Web(Facts):
+    """A web's facts with the pages that state them and the search index over those pages."""
+
     pages: dict[str, Page]
     index: SearchIndex
 
 
-def _entities(r: random.Random) -> tuple[list[Town], list[Person], list[Company]]:
+def _entities(
+    r: random.Random, names: tuple[list[str], list[str], list[str]] | None = None
+) -> tuple[list[Town], list[Person], list[Company]]:
+    """The entities and their facts, drawn from ``r``; ``names`` (towns, people, companies, in order) keeps
+    another world's names instead of drawing them, so only the facts and links are new."""
+    town_names, person_names, company_names = names or (None, None, None)
     towns = [
         Town(name, r.choice(REGIONS), r.choice(RIVERS), r.randint(1150, 1850), r.randint(800, 250_000))
-        for name in r.sample([h + t for h in _TOWN_HEADS for t in _TOWN_TAILS], N_TOWNS)
+        for name in town_names or r.sample([h + t for h in _TOWN_HEADS for t in _TOWN_TAILS], N_TOWNS)
     ]
     people = [
         Person(name, r.randint(1801, 1960), r.choice(towns).name, r.choice(_JOBS))
-        for name in r.sample([f"{f} {la}" for f in _FIRST for la in _LAST], N_PEOPLE)
+        for name in person_names or r.sample([f"{f} {la}" for f in _FIRST for la in _LAST], N_PEOPLE)
     ]
     companies = []
-    for name in r.sample([f"{b} {i}" for b in _BRANDS for i in _INDUSTRIES], N_COMPANIES):
+    for name in company_names or r.sample([f"{b} {i}" for b in _BRANDS for i in _INDUSTRIES], N_COMPANIES):
         founder = r.choice(people)
         companies.append(
             Company(name, founder.born + r.randint(22, 55), founder.name, r.choice(towns).name, r.randint(12, 9000))
@@ -201,11 +220,37 @@ def _pages(r: random.Random, towns: list[Town], people: list[Person], companies:
     return pages
 
 
-@cache
-def corpus() -> Web:
-    """The one offline web, built on first use from :data:`CORPUS_SEED` (~20 ms)."""
-    r = random.Random(CORPUS_SEED)
-    towns, people, companies = _entities(r)
+@lru_cache(maxsize=4096)
+def facts(world: int = 0) -> Facts:
+    """The facts of web number ``world`` (what :func:`corpus` writes its pages from), without the pages.
+
+    World 0 is the one web, from :data:`CORPUS_SEED`. Every other world has world 0's names (so every
+    question names an entity that exists in it) with facts and links drawn afresh from its own seed: the
+    founding years, founders and birthplaces a model may have memorised from one world are wrong in the next,
+    so a question about world ``n`` is answered by reading world ``n``'s pages.
+    """
+    towns, people, companies = _draw_world(world)[1]
+    return Facts({t.name: t for t in towns}, {p.name: p for p in people}, {c.name: c for c in companies})
+
+
+def _draw_world(world: int) -> tuple[random.Random, tuple[list[Town], list[Person], list[Company]]]:
+    """The world's generator and its entities; the generator, drawn on, writes the pages' filler."""
+    if world < 0:
+        raise ValueError(f"world must be >= 0, got {world}")
+    if world == 0:
+        r = random.Random(CORPUS_SEED)
+        return r, _entities(r)
+    zero = facts(0)
+    r = random.Random(f"{CORPUS_SEED}:{world}")  # a str seed is hashed (sha512): the same on every machine
+    names = (list(zero.towns), list(zero.people), list(zero.companies))
+    return r, _entities(r, names)
+
+
+@lru_cache(maxsize=64)
+def corpus(world: int = 0) -> Web:
+    """Web number ``world`` (:func:`facts`) with its pages and index, built on first use (~20 ms; the 64
+    most recently used are kept). ``corpus()`` is the one web of the default env."""
+    r, (towns, people, companies) = _draw_world(world)
     pages = _pages(r, towns, people, companies)
     return Web(
         towns={t.name: t for t in towns},
