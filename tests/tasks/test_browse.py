@@ -20,6 +20,9 @@ from harmonyrl.tasks.browse import (
     QUESTIONS,
     BrowseFactory,
     _names,
+    _shows,
+    answer_page,
+    answer_read,
     expert_demo,
     guess,
     open_page,
@@ -187,7 +190,8 @@ def test_wrong_guessed_verbose_and_miscased_answers_earn_nothing() -> None:
     for content in (guess.content, verbose.content, task.answer.lower(), ""):
         [result] = play(task, [final(content)])
         assert (result.reward, result.terminated, result.info["correct"]) == (0.0, True, 0.0)
-    [right] = play(task, [final(f" {task.answer}.\n")])  # surrounding space and one period are tolerated
+    opened = call("open", page_id=answer_page(task))
+    right = play(task, [opened, final(f" {task.answer}.\n")])[-1]  # surrounding space and one period are tolerated
     assert right.reward == 1.0
     shaped = BrowseFactory(seed=0, n_train=200, n_test=20, weights=RewardWeights(outcome=0.5, tool_use=0.5))
     results = play(task, [call("search", query=task.prompt), final(guess.content)], shaped)
@@ -224,7 +228,8 @@ def test_tasks_file(tmp_path: Path) -> None:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     factory = BrowseFactory(tasks_file=path)
     assert [t.id for t in factory.tasks("train")] == ["q1"] and factory.tasks("test")[0].answer == "1418"
-    assert play(factory.tasks("test")[0], [final("1418")], factory)[0].reward == 1.0
+    read = call("open", page_id="town-penstead")
+    assert play(factory.tasks("test")[0], [read, final("1418")], factory)[-1].reward == 1.0
     path.write_text('{"id": "q1", "prompt": "Who?", "anwser": "x", "split": "train"}\n')
     with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: missing key\(s\) \['answer'\]"):
         BrowseFactory(tasks_file=path)
@@ -308,4 +313,46 @@ def test_a_tasks_file_id_picks_the_web() -> None:
     assert (world_of(task), world_of(Task("mine", "", "", "test")), world_of(Task("w7x", "", "", "test"))) == (7, 0, 0)
     demo = expert_demo(task, random.Random(0), p_tool=1.0)
     assert str(facts(7).towns["Penstead"].founded) in demo[-2].content and demo[-1].content == task.answer
-    assert play(task, [final(task.answer)])[-1].reward == 1.0
+    assert play(task, [call("open", page_id="town-penstead"), final(task.answer)])[-1].reward == 1.0
+
+
+# ---- the answer must be read: a right answer guessed earns nothing ---------------------------------------
+
+
+def test_a_right_answer_counts_only_if_read_on_its_page() -> None:
+    river = next(t for t in TRAIN if parse_question(t)[0] == "town_river")  # 8 rivers: 1 in 8 by chance
+    town = parse_question(river)[1]
+    page = answer_page(river)
+    assert page == page_id("town", town) and _shows(river.answer, WEB.pages[page].text)
+    unread = play(river, [final(river.answer)])[-1]
+    assert (unread.reward, unread.info["correct"], unread.info["ungrounded"]) == (0.0, 0.0, 1.0)
+    other = next(p for p in WEB.pages.values() if p.id != page and _shows(river.answer, p.text))
+    assert play(river, [call("open", page_id=other.id), final(river.answer)])[-1].reward == 0.0  # not its page
+    guessed = play(river, [call("search", query=other.title), final(river.answer)])  # another page's results
+    hits = json.loads(guessed[0].observations[0].content)["results"]
+    assert page not in [h["id"] for h in hits] and guessed[-1].reward == 0.0
+    snippet = play(river, [call("search", query=f"{town} river"), final(river.answer)])  # its page's snippet says
+    assert _shows(river.answer, json.loads(snippet[0].observations[0].content)["results"][0]["snippet"])
+    assert snippet[-1].reward == 1.0 and snippet[-1].info["ungrounded"] == 0.0
+    read = play(river, [call("open", page_id=page), final(river.answer)])[-1]
+    assert (read.reward, read.info["ungrounded"]) == (1.0, 0.0)
+    two_hop = next(t for t in TRAIN if parse_question(t)[0] == "hq_founded")
+    first = page_id("company", parse_question(two_hop)[1])
+    assert answer_page(two_hop) != first  # the answer is on the second page: the first one is not enough
+    assert play(two_hop, [call("open", page_id=first), final(two_hop.answer)])[-1].reward == 0.0
+
+
+def test_answer_read_ignores_errors_other_tools_and_cut_numbers() -> None:
+    def result(tool: str, content: str) -> tuple[Message, Message]:
+        return call(tool, page_id="x")[0], Message("tool", content, name=f"functions.{tool}")
+
+    body = json.dumps({"id": "town-penstead", "title": "Penstead", "text": "founded in 1418.", "next_offset": None})
+    assert answer_read("1418", [result("open", body)], page="town-penstead")
+    assert answer_read("1418", [result("open", body)], page=None)  # a task file's own question: any page
+    assert not answer_read("1418", [result("open", body)], page="town-ashford")
+    assert not answer_read("141", [result("open", body)], page=None)  # part of a number is not the number
+    assert not answer_read("1418", [result("recall", body)], page=None)  # notes the policy wrote are not pages
+    for junk in ("not json", "[1418]", json.dumps({"error": "1418"}), json.dumps({"results": "1418"})):
+        assert not answer_read("1418", [result("open", junk), result("search", junk)], page=None)
+    custom = Task("c1", "Which town founded in 1418 has a bridge?", "Penstead", "test")
+    assert answer_page(custom) is None

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from harmonyrl.sandbox import SandboxUnavailable
-from harmonyrl.tasks.browse import BrowseFactory
+from harmonyrl.tasks.browse import BrowseFactory, answer_page
 from harmonyrl.tasks.calculator import CalculatorFactory
 from harmonyrl.tasks.retool import RetoolFactory
 from harmonyrl.tasks.sql import SqlFactory, reference_sql
@@ -60,11 +60,15 @@ def call(env: str, answer: str) -> Message:
 
 
 def lead(env: str, task: Task) -> list[list[Message]]:
-    """The turns before the answer: sql's reference query (its answer must come from a query), else none."""
-    if env != "sql":
+    """The turns before the answer: sql's reference query and browse's answer page (their answers must come from a
+    query or a page read), else none."""
+    if env == "sql":
+        content, tool = json.dumps({"sql": reference_sql(task)}), "query"
+    elif env == "browse":
+        content, tool = json.dumps({"page_id": answer_page(task)}), "open"
+    else:
         return []
-    content = json.dumps({"sql": reference_sql(task)})
-    return [[Message("assistant", content, channel="commentary", recipient="functions.query", content_type="json")]]
+    return [[Message("assistant", content, channel="commentary", recipient=f"functions.{tool}", content_type="json")]]
 
 
 def play(env_name: str, turns: Sequence[Sequence[Message]]) -> tuple[Task, list[StepResult]]:
@@ -126,6 +130,8 @@ def test_a_name_answer_is_matched_exactly() -> None:
     async def grade(content: str) -> float:
         env = factory.make(task)
         await env.reset()
+        [read] = lead("browse", task)
+        assert not (await env.step(read)).terminated
         return (await env.step([final(content)])).reward
 
     assert {c: asyncio.run(grade(c)) for c in expected} == expected
@@ -151,7 +157,7 @@ def test_only_the_turns_last_message_is_the_answer(env: str) -> None:
     assert (first.terminated, first.reward, second.terminated, second.reward) == (False, 0.0, True, 0.0)
     # a tool call followed by a right final: the final is graded and the call never runs
     _, [only] = play(env, [[call(env, "1"), final(a)]])
-    leading_calls = float(env == "sql")  # sql's reference query ran before (lead)
+    leading_calls = float(env in ("sql", "browse"))  # sql's reference query and browse's page ran before (lead)
     assert (only.terminated, only.reward, only.info["tool_calls"]) == (True, 1.0, leading_calls)
 
 

@@ -26,6 +26,7 @@ an offset past the end or a query that matches nothing is an observation, never 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -246,7 +247,42 @@ class BrowseFactory:
         return self._train if split == "train" else self._test
 
     def make(self, task: Task) -> AnswerEnv:
-        return AnswerEnv(task, _toolbox(world_of(task), self.top_k, self.page_chars), INSTRUCTIONS, self.weights)
+        toolbox = _toolbox(world_of(task), self.top_k, self.page_chars)
+        evidence = functools.partial(answer_read, page=answer_page(task))
+        return AnswerEnv(task, toolbox, INSTRUCTIONS, self.weights, evidence=evidence)
+
+
+def answer_page(task: Task) -> str | None:
+    """The id of the page that states ``task``'s answer in its web; None for a question no template matches."""
+    try:
+        qname, entity = parse_question(task)
+    except NotDemonstrable:
+        return None
+    return QUESTIONS[qname].resolve(facts(world_of(task)), entity)[0][-1]
+
+
+def answer_read(answer: str, results: Sequence[tuple[Message, Message]], page: str | None) -> bool:
+    """Whether the episode read ``answer`` on ``page`` (any page if None): an ``open`` of it whose text showed the
+    answer, or a ``search`` result for it whose snippet did (the :data:`~harmonyrl.envs.reward.Evidence` check of
+    this env). A right river or region named without reading it, one in 8 or 6 by chance, earns nothing."""
+    for call, obs in results:
+        try:
+            body = json.loads(obs.content)
+        except ValueError:
+            continue
+        if not isinstance(body, dict):
+            continue
+        if call.recipient == "functions.open":
+            shown = [body]
+        elif call.recipient == "functions.search" and isinstance(body.get("results"), list):
+            shown = [r for r in body["results"] if isinstance(r, dict)]
+        else:
+            continue
+        for part in shown:
+            text = part.get("text", part.get("snippet"))
+            if (page is None or part.get("id") == page) and isinstance(text, str) and _shows(answer, text):
+                return True
+    return False
 
 
 @lru_cache(maxsize=64)
