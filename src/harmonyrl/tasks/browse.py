@@ -12,8 +12,8 @@ split, which is intended: the pages are the world, the questions are the tasks.
 
 With ``worlds=N`` a task is a question *and a web*: one of N other webs (:func:`harmonyrl.tasks.web.corpus`),
 with the one web's names and fresh facts, named by the task id's ``-wN`` ending (:func:`world_of`). The split
-is still by question, so a held-out task is an unseen question in an unseen web, and nothing a model
-memorised from its training webs answers it.
+is still by question: a held-out task is a question never trained on, in one of the same N webs. Which web an
+episode is in is never shown, so nothing a model memorised from its training tasks answers it.
 
 Reward is the exact final answer (a number, or a name as the pages spell it) through
 :class:`~harmonyrl.envs.reward.AnswerEnv`, optionally shaped by
@@ -26,13 +26,12 @@ an offset past the end or a query that matches nothing is an observation, never 
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from pathlib import Path
 from typing import Literal
 
@@ -146,7 +145,8 @@ def world_splits(seed: int, n_train: int, n_test: int, worlds: int) -> tuple[tup
     """``(train, test)``: distinct (question, world) pairs, worlds ``1..worlds``, ids ending ``-w{world}``.
 
     The split is by question, as with one web (:func:`~harmonyrl.envs.taskfile.split_of` of the same key), so a
-    held-out task is a question never trained on, asked in a web never trained on. Deterministic in ``seed``.
+    held-out task is a question never trained on; both splits draw their webs from the same N. Deterministic in
+    ``seed``.
     """
     if n_train < 0 or n_test < 0:
         raise ValueError("n_train and n_test must be >= 0")
@@ -248,7 +248,7 @@ class BrowseFactory:
 
     def make(self, task: Task) -> AnswerEnv:
         toolbox = _toolbox(world_of(task), self.top_k, self.page_chars)
-        evidence = functools.partial(answer_read, page=answer_page(task))
+        evidence = partial(answer_read, page=answer_page(task))
         return AnswerEnv(task, toolbox, INSTRUCTIONS, self.weights, evidence=evidence)
 
 
