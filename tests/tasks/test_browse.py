@@ -261,6 +261,12 @@ def test_config_builds_the_factory_and_a_matching_expert() -> None:
     worlds = make_factory(load_config(None, ["env.name=browse", "env.n_test=40", "env.worlds=50"]).env, seed=0)
     assert isinstance(worlds, BrowseFactory) and len(worlds.tasks("test")) == 40
     assert {world_of(t) for t in worlds.tasks("test")} <= set(range(1, 51))
+    with pytest.raises(ConfigError, match=r"env\.worlds and env\.tasks_file exclude each other"):
+        load_config(None, ["env.name=browse", "env.worlds=5", "env.tasks_file=tasks.jsonl"])
+    with pytest.raises(ValueError, match="worlds must be >= 0, got -1"):
+        BrowseFactory(worlds=-1)
+    with pytest.raises(ValueError, match="worlds and tasks_file exclude each other"):
+        BrowseFactory(worlds=5, tasks_file="tasks.jsonl")
 
 
 # ---- many webs: the same names, fresh facts ----------------------------------------------------------------

@@ -236,8 +236,10 @@ class BrowseFactory:
             raise ValueError(f"top_k must be >= 1 and page_chars >= 50, got {top_k} and {page_chars}")
         if worlds < 0:
             raise ValueError(f"worlds must be >= 0, got {worlds}")
-        self.seed, self.weights, self.web, self.worlds = seed, weights, corpus(), worlds
-        if worlds and tasks_file is None:
+        if worlds and tasks_file is not None:
+            raise ValueError("worlds and tasks_file exclude each other: a task file names each task's web (-wN ids)")
+        self.seed, self.weights = seed, weights
+        if worlds:
             self._train, self._test = world_splits(seed, n_train, n_test, worlds)
         else:
             self._train, self._test = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file)

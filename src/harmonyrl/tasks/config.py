@@ -207,6 +207,9 @@ class BrowseEnvConfig(Frozen):
 
     @model_validator(mode="after")
     def _enough_held_out(self) -> BrowseEnvConfig:
+        if self.worlds and self.tasks_file is not None:
+            raise ValueError("env.worlds and env.tasks_file exclude each other: a task file names each task's web in "
+                             "its id (an id ending -wN is asked in web N)")  # fmt: skip
         if self.worlds == 0 and self.n_test > 39 and self.tasks_file is None:
             raise ValueError(f"env.n_test is {self.n_test}, but the one web has 39 held-out questions; set "
                              "env.worlds to ask them in other webs")  # fmt: skip
