@@ -23,6 +23,7 @@ from harmonyrl.tasks.browse import (
     _shows,
     answer_page,
     answer_read,
+    cited_sentence,
     expert_demo,
     guess,
     open_page,
@@ -181,6 +182,37 @@ def test_expert_pages_through_narrow_windows() -> None:
     assert play(task, [*calls, [demo[-1]]], narrow)[-1].reward == 1.0
 
 
+def test_cited_demo_quotes_the_question_and_the_answers_sentence_then_answers() -> None:
+    tasks = [*TRAIN[:12], *TEST[:4]]
+    for i, task in enumerate(tasks):
+        plain = expert_demo(task, random.Random(i), p_tool=1.0)
+        cited = expert_demo(task, random.Random(i), p_tool=1.0, cite=True)
+        *steps, thought, answer = cited
+        assert steps == plain[:-1] and answer == plain[-1]  # the same browsing, the same answer
+        last_read = json.loads(steps[-1].content)["text"]
+        assert thought.channel == "analysis" and thought.recipient is None
+        sentence = thought.content.removeprefix(f"Question: {task.prompt} The page says: ")
+        assert sentence != thought.content and sentence in last_read and _shows(task.answer, sentence)
+        assert sentence.count(". ") == 0  # one sentence
+        # the answer turn is the thought and the answer together; the grader reads the final message
+        calls = [[m] for m in steps if m.role == "assistant"]
+        assert play(task, [*calls, [thought, answer]])[-1].reward == 1.0
+    assert cited_sentence("Lorby is a town. Lorby was founded in 1626. It has 16260 people.", "1626") == (
+        "Lorby was founded in 1626."
+    )
+
+
+def test_an_answer_written_in_analysis_is_not_read_from_a_page() -> None:
+    task = next(t for t in TRAIN if parse_question(t)[0] == "town_river")
+    page = answer_page(task)
+    quote = [Message("assistant", f"The page says: on the river {task.answer}.", channel="analysis")]
+    unread = play(task, [[*quote, *final(task.answer)]])[-1]
+    assert (unread.reward, unread.info["ungrounded"]) == (0.0, 1.0)
+    assert play(task, [call("open", page_id=page), [*quote, *final(task.answer)]])[-1].reward == 1.0
+    ends_on_thought = play(task, [call("open", page_id=page), quote])[-1]  # no final message: no answer
+    assert (ends_on_thought.reward, ends_on_thought.info["format_error"]) == (0.0, 1.0)
+
+
 def test_wrong_guessed_verbose_and_miscased_answers_earn_nothing() -> None:
     task = next(t for t in TRAIN if parse_question(t)[0] == "company_founder")  # a name answer
     [guess] = expert_demo(task, random.Random(0), p_tool=0.0)
@@ -256,6 +288,8 @@ def test_config_builds_the_factory_and_a_matching_expert() -> None:
     assert len(json.loads(demo[1].content)["results"]) == 2
     calls = [[m] for m in demo if m.role == "assistant" and m.channel != "final"]
     assert play(task, [*calls, [demo[-1]]], built)[-1].reward == 1.0
+    cited = expert_for(load_config(None, [*overrides, "env.cite=true"]).env)(task, random.Random(0))
+    assert cited == expert_demo(task, random.Random(0), 1.0, 0.0, top_k=2, page_chars=60, cite=True) != demo
     with pytest.raises(ConfigError, match=r"env.n_test is 40, but the one web has 39 held-out questions; set env"):
         load_config(None, ["env.name=browse", "env.n_test=40"])
     worlds = make_factory(load_config(None, ["env.name=browse", "env.n_test=40", "env.worlds=50"]).env, seed=0)

@@ -315,15 +315,29 @@ def _shows(needed: str, text: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(needed)}(?![\w-])", text) is not None
 
 
+def cited_sentence(text: str, answer: str) -> str:
+    """The first sentence of a page's ``text`` that shows ``answer`` (as :func:`_shows` reads it)."""
+    return next(s for s in re.split(r"(?<=[.!?])\s+", text) if _shows(answer, s))
+
+
 def expert_demo(
-    task: Task, rng: random.Random, p_tool: float = 0.8, p_verbose: float = 0.0, top_k: int = 3, page_chars: int = 400
+    task: Task,
+    rng: random.Random,
+    p_tool: float = 0.8,
+    p_verbose: float = 0.0,
+    top_k: int = 3,
+    page_chars: int = 400,
+    cite: bool = False,
 ) -> list[Message]:
     """search(entity) → open each page of the question's chain (reading on until what is needed shows) → answer.
 
     The observations are the tools' real outputs (the tools are pure functions, so this runs nothing but
     them); ``top_k`` and ``page_chars`` must match the factory's. Imperfect as the other experts: with
     probability ``1 - p_tool`` it guesses without browsing (:func:`guess`); with probability ``p_verbose`` it
-    wraps the right answer in a sentence the grader scores 0.
+    wraps the right answer in a sentence the grader scores 0. With ``cite`` the answer turn first writes, on the
+    analysis channel, the question and the sentence of the last page read that states the answer
+    (``Question: … The page says: …``), so the answer is copied from a line just written rather than looked up
+    across the episode (``env.cite``, docs/envs.md).
     """
     qname, entity = parse_question(task)  # first: a task no template matches fails whichever branch is drawn
     if rng.random() >= p_tool:
@@ -331,6 +345,7 @@ def expert_demo(
     web = corpus(world_of(task))
     chain, answer = QUESTIONS[qname].resolve(web, entity)
     out = [_call("search", {"query": entity}), observation("search", search_pages(web, entity, top_k))]
+    text = ""
     for pid, needed in zip(chain, (*chain[1:], answer), strict=True):
         offset: int | None = 0
         while offset is not None:
@@ -338,7 +353,11 @@ def expert_demo(
             result = open_page(web, pid, offset, page_chars)
             out += [_call("open", args), observation("open", result)]
             body = json.loads(result)
-            offset = None if _shows(needed, body["text"]) else body["next_offset"]
+            text = body["text"]
+            offset = None if _shows(needed, text) else body["next_offset"]
+    if cite:
+        quote = f"Question: {task.prompt} The page says: {cited_sentence(text, answer)}"
+        out.append(Message(role="assistant", channel="analysis", content=quote))
     verbose = p_verbose > 0 and rng.random() < p_verbose  # p_verbose 0 draws nothing: demo streams stay put
     final = rng.choice(VERBOSE_TEMPLATES).format(answer) if verbose else answer
     return [*out, Message(role="assistant", channel="final", content=final)]

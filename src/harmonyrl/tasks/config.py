@@ -204,6 +204,10 @@ class BrowseEnvConfig(Frozen):
     """Probability that the scripted expert browses (otherwise it guesses without searching)."""
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a browsing demonstration wraps the right answer in a sentence (scored 0)."""
+    cite: bool = False
+    """The scripted expert writes, before its answer, the question and the page's sentence that states the answer
+    on the analysis channel (a chain of thought to copy the answer along; longer answer turns: raise
+    ``rollout.max_new_tokens``). Demonstrations only: the grader never reads the analysis channel."""
 
     @model_validator(mode="after")
     def _enough_held_out(self) -> BrowseEnvConfig:

@@ -154,7 +154,12 @@ def expert_for(env: EnvConfig, user_expert: str | None = None) -> Expert:
             from harmonyrl.tasks.browse import expert_demo as browse_demo
 
             return functools.partial(
-                browse_demo, p_tool=env.p_tool, p_verbose=env.p_verbose, top_k=env.top_k, page_chars=env.page_chars
+                browse_demo,
+                p_tool=env.p_tool,
+                p_verbose=env.p_verbose,
+                top_k=env.top_k,
+                page_chars=env.page_chars,
+                cite=env.cite,
             )
         case CustomEnvConfig():  # checked before compute (check_before_compute), so it is said before the run
             raise UserCodeError(NO_EXPERT)
