@@ -40,7 +40,7 @@ from harmonyrl.envs.taskfile import TooFewProblems, split_of, tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
 from harmonyrl.errors import NotDemonstrable
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.tasks.web import REGIONS, RIVERS, Facts, Web, corpus, facts, page_id, snippet
+from harmonyrl.tasks.web import REGIONS, RIVERS, Facts, Web, corpus, facts, page_id, sentences, snippet
 from harmonyrl.types import Message, Task
 
 INSTRUCTIONS = (
@@ -317,7 +317,7 @@ def _shows(needed: str, text: str) -> bool:
 
 def cited_sentence(text: str, answer: str) -> str:
     """The first sentence of a page's ``text`` that shows ``answer`` (as :func:`_shows` reads it)."""
-    return next(s for s in re.split(r"(?<=[.!?])\s+", text) if _shows(answer, s))
+    return next(s for s in sentences(text) if _shows(answer, s))
 
 
 def expert_demo(

@@ -135,11 +135,15 @@ class SearchIndex:
         return [(self.pages[i], s) for s, i in scored[:k]]
 
 
+def sentences(text: str) -> list[str]:
+    """``text`` split after each ``.``, ``!`` or ``?`` that a space follows (a page's sentences)."""
+    return [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+
+
 def snippet(page: Page, query: str, max_chars: int = 150) -> str:
     """The page's sentence sharing most words with the query (the first one on ties), cut to ``max_chars``."""
     terms = set(tokenize(query))
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+", page.text) if s]
-    best = max(sentences, key=lambda s: len(terms & set(tokenize(s))))  # max keeps the first of equals
+    best = max(sentences(page.text), key=lambda s: len(terms & set(tokenize(s))))  # max keeps the first of equals
     return best if len(best) <= max_chars else best[: max_chars - 1].rstrip() + "…"
 
 
