@@ -123,7 +123,7 @@ def main() -> None:
     try:
         t = probe(args.checkpoint, args.n, args.overrides)
     except (ValueError, OSError) as e:  # no expert (custom, relay), no checkpoint, a bad override
-        sys.exit(f"copy_probe: {str(e).splitlines()[0]}")
+        sys.exit(f"copy_probe: {(str(e).splitlines() or [type(e).__name__])[0]}")
     print(
         f"RESULT demos={args.n} number_tokens={t.total} numbers_right={t.right / max(1, t.total):.3f} "
         f"first_right={t.first_right / max(1, t.firsts):.3f} later_right={t.later_right / max(1, t.laters):.3f} "
