@@ -1,4 +1,5 @@
-"""A run killed with SIGKILL mid-RL and resumed ends with the same metrics and episodes as an uninterrupted run."""
+"""A run killed with SIGKILL mid-RL and resumed ends with the same metrics and episodes as an uninterrupted run,
+and its summary counts the killed process's time too."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from harmonyrl.trainer.checkpoint import STATE_FILE
 from tiny_run import tiny_run
 
 TINY = tiny_run(
@@ -57,6 +60,7 @@ def test_sigkill_then_resume_is_identical_to_an_uninterrupted_run(tmp_path: Path
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run / "summary.json").exists(), "the run finished before it could be killed"
+    _add_an_hour_to_the_recorded_time(run / "checkpoints" / "last")
     resumed = subprocess.run(_cli("train", "--resume", str(run)), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     phase = "rl" if kill_after_rl_rows else "sft"
@@ -64,6 +68,17 @@ def test_sigkill_then_resume_is_identical_to_an_uninterrupted_run(tmp_path: Path
     assert _stable_rows(run) == _stable_rows(tmp_path / "whole")
     episodes = (run / "rollouts" / "episodes.jsonl").read_text()
     assert episodes == (tmp_path / "whole" / "rollouts" / "episodes.jsonl").read_text()
+    minutes = json.loads((run / "summary.json").read_text())["minutes"]
+    assert 60 < minutes < 70  # the hour the killed process recorded, plus the resumed process's own minutes
+
+
+def _add_an_hour_to_the_recorded_time(last: Path) -> None:
+    """The killed process recorded the seconds it had spent; an hour more stands for a long first process, so the
+    resumed run's ``summary.json`` must count it (a clock restarted by the resume would say a few seconds)."""
+    state = torch.load(last / STATE_FILE, weights_only=True)
+    assert state["elapsed_s"] > 0
+    state["elapsed_s"] += 3600.0
+    torch.save(state, last / STATE_FILE)
 
 
 def test_resume_of_a_folder_that_is_not_a_run_is_a_one_line_error(tmp_path: Path) -> None:

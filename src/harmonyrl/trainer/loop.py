@@ -11,7 +11,6 @@ the SFT demonstrations are broadcast from it, and every rank trains its shard of
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from harmonyrl.trainer.ranks import open_run_on
 from harmonyrl.trainer.resume import Progress
 from harmonyrl.trainer.reward_setup import make_rewarder
 from harmonyrl.trainer.rl_phase import open_rl_phase
+from harmonyrl.trainer.run_clock import RunClock
 from harmonyrl.trainer.run_context import RunContext
 from harmonyrl.trainer.run_errors import run_failures
 from harmonyrl.trainer.setup import (
@@ -72,7 +72,7 @@ async def train(
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
     earlier run folder of that name. ``world``: this process's rank in a torchrun launch."""
-    t_start = time.perf_counter()
+    clock = RunClock()  # the run's time: started before setup, continued from the checkpoint on a resume
     setup_process(config.seed, config.threads, adapts_threads(config))
     share_cores(world, config.threads)
     tok = load_codec(config.model.tokenizer)
@@ -85,10 +85,11 @@ async def train(
             run_dir, model, saved = open_run_on(world, config, tok, resume, overwrite)
         else:
             run_dir, model, saved = open_run(config, tok, resume, overwrite)
+        clock = clock.resumed_from(saved)
         if not world.is_main:  # only rank 0 writes to the run folder, error.log included
-            return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved, world)
+            return await _train_in(config, console, clock, tok, factory, run_dir, model, saved, world)
         with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
-            return await _train_in(config, console, t_start, tok, factory, run_dir, model, saved, world)
+            return await _train_in(config, console, clock, tok, factory, run_dir, model, saved, world)
     finally:
         close_env_pool(factory)  # the Ray env workers (scale.ray), whatever happened; nothing otherwise
 
@@ -96,7 +97,7 @@ async def train(
 async def _train_in(
     config: RunConfig,
     console: Console,
-    t_start: float,
+    clock: RunClock,
     tok: RunCodec,
     factory: EnvFactory,
     run_dir: Path,
@@ -108,7 +109,7 @@ async def _train_in(
     sink = open_sinks(config, run_dir) if world.is_main else MultiSink([])
     progress = StepProgress(console, config.telemetry.progress_every_s)
     files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
-    ctx = RunContext(config, console, run_dir, model, tok, factory, files, sink, progress, world)
+    ctx = RunContext(config, console, run_dir, model, tok, factory, files, sink, progress, world, clock)
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     console.print(
         f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
@@ -122,7 +123,7 @@ async def _train_in(
     if (plan := sft_plan(config)) is not None and not in_rl:
         console.print(plan, highlight=False, soft_wrap=True)
     if config.sft.steps > 0 and not in_rl:  # from model.init_from too, when sft.steps is given with it
-        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved, world)
+        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved, world, clock)
         if world.is_main:
             save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, files)
 
@@ -148,7 +149,7 @@ async def _train_in(
     save_checkpoint(final, model, rl.learner.optimizer, config.rl.steps, {}, files, rl.learner.model, world)
     if engine is None or held_out is None:  # not rank 0: the evaluation and the summary are rank 0's
         return TrainResult(run_dir, before["eval/success"], float("nan"), before["eval_greedy/success"],
-                           float("nan"), (time.perf_counter() - t_start) / 60)  # fmt: skip
+                           float("nan"), clock.minutes())  # fmt: skip
 
     # 4. held-out evaluation of the trained policy
     after = await progress.during("eval", "held-out after RL", held_out())
@@ -163,7 +164,7 @@ async def _train_in(
         after["eval/success"],
         before["eval_greedy/success"],
         after["eval_greedy/success"],
-        (time.perf_counter() - t_start) / 60,
+        clock.minutes(),
     )
     write_summary(result)
     console.print(

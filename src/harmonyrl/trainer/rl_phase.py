@@ -133,8 +133,8 @@ class RLPhase:
         return await self.ctx.progress.during("eval", f"held-out at step {done}", self.held_out())
 
     def _save(self, done: int, batch: Collected | None) -> None:
-        """``checkpoints/last``: weights, optimizer, learner, fault breaker, task source and pipeline after ``done``
-        steps."""
+        """``checkpoints/last``: weights, optimizer, learner, fault breaker, task source, pipeline and the run's
+        time after ``done`` steps."""
         ctx = self.ctx
         save_progress(
             ctx.run_dir,
@@ -149,6 +149,7 @@ class RLPhase:
             faults=self.breaker.state(),
             sampling=self.pipeline.source_state(batch, self.source.state()),  # async: as this step's draw left it
             pipeline=self.pipeline.state(),
+            elapsed_s=ctx.clock.seconds(),
         )
 
 

@@ -1,9 +1,9 @@
 """What every phase of ``harmonyrl train`` reads and writes through: the run's config, folder, model, codec, env,
-metrics sinks, progress display and the process's place in a torchrun launch."""
+metrics sinks, progress display, the process's place in a torchrun launch and the run's clock."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -16,6 +16,7 @@ from harmonyrl.harmony.codecs import RunCodec
 from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+from harmonyrl.trainer.run_clock import RunClock
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,5 @@ class RunContext:
     sink: MetricsSink
     progress: StepProgress
     world: World
+    clock: RunClock = field(default_factory=RunClock)
+    """The run's time so far, resumes included (recorded in every ``checkpoints/last``)."""

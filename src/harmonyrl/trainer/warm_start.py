@@ -20,6 +20,7 @@ from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.demo_fit import turn_budget_note
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
+from harmonyrl.trainer.run_clock import RunClock
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
 from harmonyrl.trainer.team_demos import build_team_demos
 
@@ -34,8 +35,10 @@ async def run_sft(
     run_dir: Path | None = None,
     resume: Progress | None = None,
     world: World = SINGLE,
+    clock: RunClock | None = None,
 ) -> None:
-    """Supervised warm start; with ``run_dir`` it saves resumable progress, and continues from ``resume``.
+    """Supervised warm start; with ``run_dir`` it saves resumable progress (with ``clock``'s seconds), and
+    continues from ``resume``.
     Under torchrun ``model`` stays plain: a sharded copy trains, and its weights are gathered back into rank 0's
     ``model`` before each save and at the end."""
     cfg = config.sft
@@ -77,8 +80,9 @@ async def run_sft(
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             if trainee is not model:
                 copy_into(model, trainee, world)
+            spent = {"elapsed_s": clock.seconds()} if clock is not None else {}
             save_progress(run_dir, model, "sft", step + 1, optimizer, files, sharded=trainee, world=world,
-                          schedule=schedule.state_dict())  # fmt: skip
+                          schedule=schedule.state_dict(), **spent)  # fmt: skip
     if trainee is not model:
         copy_into(model, trainee, world)
     progress.stop()

@@ -1,0 +1,25 @@
+"""A run's clock continues from the seconds its checkpoint recorded; an older checkpoint starts it at 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harmonyrl.trainer.resume import Progress
+from harmonyrl.trainer.run_clock import RunClock
+
+
+def _saved(state: dict[str, object]) -> Progress:
+    return Progress("rl", 3, state, Path("unused"))
+
+
+def test_a_resumed_clock_adds_the_recorded_seconds_to_its_own() -> None:
+    clock = RunClock(start=100.0)
+    assert clock.resumed_from(_saved({"elapsed_s": 5400.0})) == RunClock(5400.0, 100.0)
+    assert RunClock(5400.0).minutes() >= 90.0
+
+
+def test_a_fresh_run_or_an_older_checkpoint_counts_only_this_process() -> None:
+    clock = RunClock(start=100.0)
+    assert clock.resumed_from(None) == RunClock(0.0, 100.0)
+    assert clock.resumed_from(_saved({})) == RunClock(0.0, 100.0)
+    assert clock.resumed_from(_saved({"elapsed_s": "garbled"})) == RunClock(0.0, 100.0)
