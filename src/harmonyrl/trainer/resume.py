@@ -4,9 +4,10 @@ Written atomically (see :mod:`.checkpoint`) after every RL step and every ``sft.
 model weights, optimizer (and LR schedule), the learner's extra state (value head, soft-Q temperature and
 replay buffer), the fault breaker's streak, every RNG, the phase and step, the seconds the run had spent
 (:mod:`.run_clock`), and how many lines ``metrics.jsonl`` and ``rollouts/episodes.jsonl`` had at that moment
-(fsynced first, so the checkpoint never counts a row that a power cut could lose). A resume truncates those files back to that point — rows written
-by the killed process after its last checkpoint are produced again, identically, so a run killed at any
-moment and resumed ends with the same files as one that never stopped (``benchmarks/resume.py``).
+(fsynced first, so the checkpoint never counts a row that a power cut could lose). A resume truncates those
+files back to that point — rows written by the killed process after its last checkpoint are produced again,
+identically, so a run killed at any moment and resumed ends with the same files as one that never stopped
+(``benchmarks/resume.py``).
 Everything else a step needs is a function of the step index (task choice, sampling seeds) or lives in the
 checkpoint, and the engine's sampling does not depend on batch composition.
 
