@@ -3,7 +3,7 @@ metrics sinks, progress display, the process's place in a torchrun launch and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -34,5 +34,5 @@ class RunContext:
     sink: MetricsSink
     progress: StepProgress
     world: World
-    clock: RunClock = field(default_factory=RunClock)
+    clock: RunClock
     """The run's time so far, resumes included (recorded in every ``checkpoints/last``)."""
