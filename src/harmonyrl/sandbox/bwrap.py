@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 from harmonyrl.sandbox.cgroup import CgroupHost, find_cgroup_host, sandbox_cgroup
 from harmonyrl.sandbox.launcher import LAUNCHER
-from harmonyrl.sandbox.limits import Enforcement, SandboxLimits, SandboxUnavailable
+from harmonyrl.sandbox.limits import NOTHING_HIDDEN, Enforcement, Hidden, SandboxLimits, SandboxUnavailable
 from harmonyrl.sandbox.seccomp import memfd_guard
 
 MIN_VERSION = (0, 8, 0)  # --disable-userns and --size
@@ -180,6 +180,31 @@ def _under_tmp(path: str) -> bool:
     return path == "/tmp" or path.startswith("/tmp/")
 
 
+def _extra_roots(python: str, bwrap: str) -> tuple[str, ...]:
+    """Directories mounted beside ``/usr`` and the top-level system directories: the interpreter's, bwrap's."""
+    return (*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap)))
+
+
+def visible_roots(python: str, bwrap: str) -> tuple[str, ...]:
+    """Every host directory the sandbox shows (read-only) for ``python``: what must be searched to hide a thing."""
+    top = [f"/{name}" for name in _TOP_DIRS if os.path.isdir(f"/{name}") and not os.path.islink(f"/{name}")]
+    return tuple(dict.fromkeys(["/usr", *top, *_extra_roots(python, bwrap)]))
+
+
+def _covers(hidden: Hidden) -> list[str]:
+    """Mounts that make ``hidden`` absent: an empty read-only tmpfs over each directory, ``/dev/null`` over each file.
+
+    Placed after every bind (those under ``/tmp`` included), so nothing mounted later uncovers them. The bound
+    ``/dev/null`` sits on a ``nodev`` mount, so opening the covered file fails (EACCES) rather than reading empty.
+    """
+    args: list[str] = []
+    for path in hidden.dirs:
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
+    for path in hidden.files:
+        args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
 @dataclass(frozen=True)
 class Guards:
     """What bounds the whole sandbox: the cgroup descriptors the launcher joins, or the fallback's seccomp filter."""
@@ -197,6 +222,7 @@ def bwrap_argv(
     status_fd: int,
     uid: int | None,
     guards: Guards = Guards(),
+    hidden: Hidden = NOTHING_HIDDEN,
 ) -> list[str]:
     """The full command for one sandboxed run (``uid`` is set in root mode, see the module docstring)."""
     if uid is None:  # CAP_SYS_ADMIN inside the sandbox's own user namespace, for the launcher's /tmp remount
@@ -217,11 +243,12 @@ def bwrap_argv(
             mounts += ["--ro-bind", path, path]
     for path in _ETC:
         mounts += ["--ro-bind-try", path, path]
-    roots = (*_interpreter_roots(python), os.path.dirname(os.path.realpath(bwrap)))
+    roots = _extra_roots(python, bwrap)
     mounts += _ro_binds(tuple(p for p in roots if not _under_tmp(p)))
     mounts += ["--proc", "/proc", "--dev", "/dev"]
     mounts += ["--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp"]
     mounts += _ro_binds(tuple(p for p in roots if _under_tmp(p)))
+    mounts += _covers(hidden)
     mounts += ["--perms", "0444", "--file", str(code_fd), CODE_PATH, "--chdir", "/tmp"]
     mounts += ["--remount-ro", "/dev", "--remount-ro", "/"]  # bwrap's own tmpfs roots are unbounded: freeze them
     env = ["--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
@@ -280,8 +307,19 @@ def _announce(line: str) -> None:
 
 
 @contextlib.contextmanager
-def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str) -> Iterator[Launch]:
-    """Files, pipes, the cgroup and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback."""
+def prepare(
+    code: str, limits: SandboxLimits, *, bwrap: str | None, python: str, hidden: Hidden = NOTHING_HIDDEN
+) -> Iterator[Launch]:
+    """Files, pipes, the cgroup and (root mode) a uid for one run; ``bwrap=None`` prepares the unsafe fallback.
+
+    Raises:
+        SandboxUnavailable: ``hidden`` is not empty and there is no bubblewrap: nothing can be hidden then.
+    """
+    if bwrap is None and hidden:
+        raise SandboxUnavailable(
+            f"{len(hidden.dirs) + len(hidden.files)} path(s) must be absent from the sandbox's view, which needs "
+            "bubblewrap (apt-get install bubblewrap); allow_unsafe=True cannot hide anything"
+        )
     status_r, status_w = os.pipe()
     os.set_blocking(status_r, False)
     with contextlib.ExitStack() as stack:
@@ -308,7 +346,9 @@ def prepare(code: str, limits: SandboxLimits, *, bwrap: str | None, python: str)
             uid = pool.acquire()
             stack.callback(pool.release, uid)
         guards, enforcement = _guards(limits, stack)
-        argv = bwrap_argv(bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid, guards=guards)
+        argv = bwrap_argv(
+            bwrap, python, limits, code_fd=code_fd, status_fd=status_w, uid=uid, guards=guards, hidden=hidden
+        )
         fds = (code_fd, status_w, *guards.cgroup_fds, *([guards.seccomp_fd] if guards.seccomp_fd is not None else []))
         yield Launch(argv, fds, "/", dict(_BWRAP_ENV), status_r, isolated=True, enforcement=enforcement)
 

