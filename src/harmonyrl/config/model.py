@@ -12,6 +12,9 @@ from harmonyrl.frozen import Frozen, checkpoint_folder
 from harmonyrl.harmony.codecs import TokenizerName
 
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "experts"]
+CUDA_ONLY_ATTENTION: frozenset[str] = frozenset({"harmonyrl_flex_sink"})
+"""``model.attention`` kernels with no backward on the CPU (``harmonyrl.models.attention.CUDA_TRAINING_ONLY``, named
+here without importing transformers; a test keeps the two equal)."""
 
 
 class LoraConfig(Frozen):
@@ -42,10 +45,14 @@ class ModelConfig(Frozen):
     MXFP4, or OpenAI's original; docs/checkpoints.md). With it,
     ``sft.steps`` defaults to 0 (the checkpoint is the warm start); an explicit ``sft.steps=N`` runs N SFT steps
     from the checkpoint."""
-    attention: Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"] = "harmonyrl_eager"
+    attention: Literal[
+        "eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless", "harmonyrl_flex_sink"
+    ] = "harmonyrl_eager"
     """Trainer attention kernel: transformers' eager reference, the same forward with a softmax backward independent
-    of the thread count (the default: a run's bits then do not depend on the load), the fused exact sink kernel, or
-    a deliberately sink-less one (reproduces the sampler/trainer mismatch); see ``harmonyrl.models.attention``."""
+    of the thread count (the default: a run's bits then do not depend on the load), the fused exact sink kernel, a
+    deliberately sink-less one (reproduces the sampler/trainer mismatch), or the CUDA kernel ``harmonyrl_flex_sink``
+    (exact, O(T) memory, sliding windows skipped; torch flex attention, compiled on first use; CUDA only for
+    training: ``device=cpu`` refuses it); see ``harmonyrl.models.attention``."""
     sink_init: float | None = Field(None, ge=-30, le=30)
     """Start every attention sink logit of a freshly built model at this value (None: transformers' N(0, 0.02));
     large values make the sinks carry most of the attention mass, as in released GPT-OSS checkpoints. Not

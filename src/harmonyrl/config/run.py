@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from pydantic import Field, model_validator
 
 from harmonyrl.config.env_runtime import FaultInjectionConfig, ScaleConfig
-from harmonyrl.config.model import ModelConfig
+from harmonyrl.config.model import CUDA_ONLY_ATTENTION, ModelConfig
 from harmonyrl.config.observe import EvalConfig, TelemetryConfig
 from harmonyrl.config.rl import RLConfig
 from harmonyrl.config.rollout import RolloutConfig
@@ -76,6 +77,21 @@ class RunConfig(Frozen):
         engine = self.rollout.engine
         if self.device == "cuda" and isinstance(engine, LocalEngineConfig) and engine.kernel == "native":
             raise ValueError("rollout.engine.kernel=native runs on the CPU only; with device=cuda use torch or auto")
+        return self
+
+    @model_validator(mode="after")
+    def _kernel_fits_device(self) -> RunConfig:
+        """A CUDA-only trainer kernel on a trainer that will run on the CPU: ``device=cpu``, or ``auto`` where torch
+        sees no GPU (``auto`` resolves on the machine that runs, which is this one)."""
+        kernel = self.model.attention
+        if kernel in CUDA_ONLY_ATTENTION and (
+            self.device == "cpu" or (self.device == "auto" and not torch.cuda.is_available())
+        ):
+            where = "device=cpu" if self.device == "cpu" else "device=auto and torch sees no GPU"
+            raise ValueError(
+                f"model.attention={kernel} trains on CUDA only (flex attention has no CPU backward), but {where}; "
+                "choose harmonyrl_sink_sdpa or harmonyrl_eager"
+            )
         return self
 
     @model_validator(mode="after")

@@ -18,6 +18,9 @@ CPU (sdpa is refused, flex attention refuses sinks). Kernels here, registered wi
   the per-head sink lives on the query side, so heads sharing a KV head keep their own sinks.
 * ``harmonyrl_sinkless`` — the same fused path *without* the sink: deliberately wrong, to reproduce the
   sampler/trainer mismatch of the public GPT-OSS retrospective in experiments.
+* ``harmonyrl_flex_sink`` — the CUDA kernel: exact, O(T) memory in forward and backward, sliding windows skipped
+  block by block (torch's flex attention, the sink merged through the log-sum-exp; see the end of this docstring).
+  Trains on CUDA only; its forward also runs on the CPU, where it is tested.
 
 The two eager kernels have query-chunked twins (:data:`CHUNKED_EAGER`, not user-facing names): the same
 operations on :data:`EAGER_CHUNK_ELEMENTS`-sized blocks of query rows, so a ``[B, H, T, S + 1]`` score tensor and
@@ -36,18 +39,46 @@ flash backward: feeding it ``grad · σ`` together with the *sink* output makes 
 ``−Σ (1 − σ) · (grad · out)``. Plain causal layers (HF skips their mask, see :func:`_sdpa_mask`) run as one
 ``is_causal`` call; masked layers run in query chunks that each see only the key columns their mask
 reaches, so a sliding-window layer costs O(T · (chunk + window)) instead of O(T²).
+
+On CUDA, ``harmonyrl_flex_sink`` (:func:`flex_sink`) is the O(T) kernel: torch's flex attention runs the sink-less
+softmax over a :class:`~torch.nn.attention.flex_attention.BlockMask` (causal, sliding window, padding and cache
+offsets, built by :func:`_flex_block_mask` from the same mask function transformers hands every kernel) and
+returns its log-normaliser, and the sink is merged exactly as above, ``o · σ(lse − sink)``, with plain
+differentiable ops in fp32. The backward is flex's own (which takes the gradient of ``lse`` too) plus autograd
+of that merge: no ``[B, H, T, S]`` tensor in either direction, and blocks outside the window are skipped. Why not
+transformers' own ``flex_attention`` kernel, which renormalises by the sink the same way: it rounds ``lse`` to the
+activation dtype first (in bf16 an ``lse`` of 10 is off by up to 0.03, the output by up to 3 %), and it refuses to
+run on the CPU, where this one's forward is tested against eager.
+
+Fused only when compiled: on CUDA flex runs through one ``torch.compile(flex_attention)`` per process
+(:func:`_compiled_flex`; automatic dynamic shapes, so a new sequence length costs one more compile, then the
+shape is symbolic) and the block mask is built compiled too; uncompiled, flex materialises the scores. On the
+CPU flex runs uncompiled (compiling costs ~15 s per shape there and buys nothing for a test), forward only:
+torch refuses flex's backward on the CPU, so the config refuses this kernel for CPU training
+(``harmonyrl.config.run``) and :func:`flex_sink` names the problem if it is reached anyway.
+:func:`check_flex_sink` compares forward and every gradient with eager on a given device (the GPU check).
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
+from torch.nn.attention import flex_attention as flex
 from transformers import AttentionInterface, AttentionMaskInterface
-from transformers.masking_utils import eager_mask, sdpa_mask
+from transformers.masking_utils import (
+    add_offsets_to_mask_function,
+    and_masks,
+    eager_mask,
+    padding_mask_function,
+    prepare_padding_mask,
+    sdpa_mask,
+)
 from transformers.models.gpt_oss.modeling_gpt_oss import repeat_kv
 
 from harmonyrl.models.team_invariant import softmax_last_dim
@@ -56,8 +87,15 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
 
-KernelName = Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"]
-KERNELS: tuple[KernelName, ...] = ("eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless")
+KernelName = Literal["eager", "harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless", "harmonyrl_flex_sink"]
+KERNELS: tuple[KernelName, ...] = (
+    "eager",
+    "harmonyrl_eager",
+    "harmonyrl_sink_sdpa",
+    "harmonyrl_sinkless",
+    "harmonyrl_flex_sink",
+)
+FLEX_KERNEL: KernelName = "harmonyrl_flex_sink"
 TEAM_INVARIANT_KERNELS: frozenset[str] = frozenset({"harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"})
 """Kernels whose training gradients are the same bits with any number of threads (``tests/test_team_invariance.py``
 checks every kernel); transformers' ``eager`` is not (torch's CPU softmax backward)."""
@@ -260,6 +298,151 @@ def _hf_kernel(with_sink: bool) -> Any:
     return attention
 
 
+CUDA_TRAINING_ONLY: frozenset[str] = frozenset({FLEX_KERNEL})
+"""Kernels with no backward on the CPU (torch refuses flex attention's there): the run config refuses them for a
+CPU trainer (``harmonyrl.config.model.CUDA_ONLY_ATTENTION`` names the same set without importing transformers)."""
+
+_AUX_REQUEST: Any = getattr(flex, "AuxRequest", None)
+"""``AuxRequest`` (torch ≥ 2.9: ``return_aux=AuxRequest(lse=True)``); None on older torch, which takes the
+deprecated ``return_lse=True`` instead. torch 2.11 and 2.13 have both; ``return_lse`` warns there."""
+
+FLEX_DYNAMIC: bool | None = None
+"""``dynamic`` of the one ``torch.compile(flex_attention)``: None is torch's automatic dynamic shapes (the first
+shape compiles static, the first different one recompiles with symbolic lengths, later lengths reuse it), as
+transformers compiles its own flex kernel."""
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., Any]:
+    """flex attention compiled once per process (fused Triton kernels on CUDA; the uncompiled call materialises
+    the ``[B, H, T, S]`` scores)."""
+    return torch.compile(flex.flex_attention, dynamic=FLEX_DYNAMIC)
+
+
+def _flex_call(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_mask: flex.BlockMask,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sink-less attention output ``[B, H, T, D]`` (query dtype) and its natural-log normaliser ``[B, H, T]`` (fp32;
+    ``-inf`` for a row that sees no key, whose output is 0), both differentiable on CUDA."""
+    h, kvh = query.shape[1], key.shape[1]
+    gqa = h != kvh
+    if gqa and h & (h - 1):  # flex's GQA path wants a power-of-two head count (as transformers' flex kernel does)
+        key, value = key.repeat_interleave(h // kvh, dim=1), value.repeat_interleave(h // kvh, dim=1)
+        gqa = False
+    on_cpu = query.device.type == "cpu"
+    fn: Any = flex.flex_attention if on_cpu or torch.compiler.is_compiling() else _compiled_flex()
+    lse_kwargs = {"return_aux": _AUX_REQUEST(lse=True)} if _AUX_REQUEST is not None else {"return_lse": True}
+    with warnings.catch_warnings():
+        if on_cpu:  # uncompiled on purpose there (module docstring); torch warns about it once per process
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        out, aux = fn(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=gqa, **lse_kwargs)
+    lse = aux if isinstance(aux, torch.Tensor) else aux.lse
+    return out, lse
+
+
+def merge_sink(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Sink attention from sink-less attention: ``out`` ``[B, H, T, D]`` and its log-normaliser ``lse`` ``[B, H, T]``
+    (natural log, ``-inf`` where a row sees nothing), ``sinks`` ``[H]`` → ``out · σ(lse − sink)`` in ``out``'s
+    dtype. The gate is computed in fp32 or wider (``lse`` is never rounded to bf16); plain ops, so autograd carries
+    the gradient to ``out``, ``lse`` and the sinks."""
+    wide = torch.promote_types(out.dtype, torch.float32)
+    gate = torch.sigmoid(lse.to(wide) - sinks.to(wide).view(1, -1, 1))
+    return (out.to(wide) * gate.unsqueeze(-1)).to(out.dtype)
+
+
+def flex_sink(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    sinks: torch.Tensor,
+    block_mask: flex.BlockMask,
+    scale: float,
+) -> torch.Tensor:
+    """GPT-OSS sink attention on flex attention: ``query`` ``[B, H, T, D]``, ``key``/``value`` ``[B, KVH, S, D]``,
+    ``sinks`` ``[H]``, ``block_mask`` over ``[B|1, 1, T, S]`` → ``[B, H, T, D]`` (module docstring)."""
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, sinks))
+    if query.device.type == "cpu" and grad:
+        raise ValueError(
+            f"attention kernel {FLEX_KERNEL} has no backward on the CPU (torch's flex attention refuses it); "
+            "train with device=cuda, or choose harmonyrl_sink_sdpa / harmonyrl_eager"
+        )
+    if query.device.type == "cpu":  # no graph is built (grad mode is off), but flex refuses leaves that want one
+        query, key, value = query.detach(), key.detach(), value.detach()
+    if key.dtype != query.dtype or value.dtype != query.dtype:  # flex wants one dtype (autocast may leave fp32 k/v)
+        key, value = key.to(query.dtype), value.to(query.dtype)
+    out, lse = _flex_call(query, key, value, block_mask, scale)
+    return merge_sink(out, lse, sinks)
+
+
+def _flex_block_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Callable[..., Any] | None = None,
+    attention_mask: torch.Tensor | None = None,
+    device: torch.device | str = "cpu",
+    **kwargs: Any,
+) -> flex.BlockMask:
+    """transformers' ``flex_attention_mask`` (the same mask function with padding and offsets, so causal, sliding
+    window, padding and a cache's offsets all come from transformers), except that the block mask is built
+    compiled only on CUDA: on the CPU compiling costs ~15 s per shape, uncompiled it forms one ``[B, 1, T, S]``
+    boolean mask, which the CPU (forward-only) path can afford."""
+    mask_mod = mask_function or (lambda b, h, q, kv: kv <= q)
+    if attention_mask is not None and not bool(attention_mask.all()):
+        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        assert padding is not None  # it is None only without an attention_mask
+        mask_mod = and_masks(mask_mod, padding_mask_function(padding))
+    mask_mod = add_offsets_to_mask_function(mask_mod, q_offset, kv_offset)
+    on_cuda = torch.device(device).type == "cuda"
+    return flex.create_block_mask(mask_mod, batch_size, None, q_length, kv_length, device=device, _compile=on_cuda)
+
+
+def _dense_block_mask(keep: torch.Tensor | None, b: int, t: int, s: int, device: torch.device) -> flex.BlockMask:
+    """A block mask for a kernel call that did not get one from :func:`_flex_block_mask`: a boolean / additive
+    ``[B|1, 1, T, S]`` mask (a caller's own 4D mask), or none at all: causal, queries aligned to the last keys."""
+    if keep is None:
+        offset = s - t
+
+        def causal(bi: torch.Tensor, hi: torch.Tensor, qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
+            return ki <= qi + offset
+
+        return flex.create_block_mask(causal, None, None, t, s, device=device)
+    rows = keep.expand(b, 1, t, s)
+
+    def dense(bi: torch.Tensor, hi: torch.Tensor, qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
+        return rows[bi, 0, qi, ki]
+
+    return flex.create_block_mask(dense, b, None, t, s, device=device)
+
+
+def _flex_kernel(
+    module: GptOssAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: flex.BlockMask | torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    if dropout and module.training:
+        raise ValueError("harmonyrl attention kernels do not implement attention dropout")
+    b, t, s = query.shape[0], query.shape[2], key.shape[2]
+    if isinstance(attention_mask, flex.BlockMask):
+        block_mask = attention_mask
+    else:
+        keep = _keep_mask(attention_mask, s)
+        block_mask = _dense_block_mask(keep, b, t, s, query.device)
+    out = flex_sink(query, key, value, module.sinks, block_mask, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
 def _team_invariant_eager(
     module: GptOssAttention,
     query: torch.Tensor,
@@ -356,6 +539,8 @@ def register_kernels() -> None:
     for name, with_sink in (("harmonyrl_sink_sdpa", True), ("harmonyrl_sinkless", False)):
         AttentionInterface.register(name, _hf_kernel(with_sink))
         AttentionMaskInterface.register(name, _sdpa_mask)
+    AttentionInterface.register(FLEX_KERNEL, _flex_kernel)
+    AttentionMaskInterface.register(FLEX_KERNEL, _flex_block_mask)
     AttentionInterface.register("harmonyrl_eager", _team_invariant_eager)
     AttentionMaskInterface.register("harmonyrl_eager", eager_mask)  # the additive mask transformers' eager takes
     for eager, softmax in (("eager", _torch_softmax), ("harmonyrl_eager", softmax_last_dim)):
