@@ -20,57 +20,9 @@ from harmonyrl.models.real import (
     load_config,
     mxfp4_shapes,
 )
+from harmonyrl.models.synthetic import GPT_OSS_20B
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
 
-# openai/gpt-oss-20b config.json (public), minus the chat-irrelevant generation fields
-GPT_OSS_20B = {
-    "architectures": ["GptOssForCausalLM"],
-    "attention_bias": True,
-    "attention_dropout": 0.0,
-    "eos_token_id": 200002,
-    "experts_per_token": 4,
-    "head_dim": 64,
-    "hidden_act": "silu",
-    "hidden_size": 2880,
-    "initial_context_length": 4096,
-    "initializer_range": 0.02,
-    "intermediate_size": 2880,
-    "layer_types": ["sliding_attention", "full_attention"] * 12,
-    "max_position_embeddings": 131072,
-    "model_type": "gpt_oss",
-    "num_attention_heads": 64,
-    "num_experts_per_tok": 4,
-    "num_hidden_layers": 24,
-    "num_key_value_heads": 8,
-    "num_local_experts": 32,
-    "output_router_logits": False,
-    "pad_token_id": 199999,
-    "quantization_config": {
-        "modules_to_not_convert": [
-            "model.layers.*.self_attn",
-            "model.layers.*.mlp.router",
-            "model.embed_tokens",
-            "lm_head",
-        ],
-        "quant_method": "mxfp4",
-    },
-    "rms_norm_eps": 1e-05,
-    "rope_scaling": {
-        "beta_fast": 32.0,
-        "beta_slow": 1.0,
-        "factor": 32.0,
-        "original_max_position_embeddings": 4096,
-        "rope_type": "yarn",
-        "truncate": False,
-    },
-    "rope_theta": 150000,
-    "router_aux_loss_coef": 0.9,
-    "sliding_window": 128,
-    "swiglu_limit": 7.0,
-    "tie_word_embeddings": False,
-    "use_cache": True,
-    "vocab_size": 201088,
-}
 # Layer 0's tensors as openai/gpt-oss-20b's model.safetensors.index.json lists them (19 per layer; 24 × 19 + 3 =
 # 459 tensors, the count llama.cpp's converter reports for this checkpoint). Experts are MXFP4 blocks + scales.
 LAYER_0 = [
