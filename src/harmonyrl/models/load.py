@@ -51,7 +51,7 @@ def load_checkpoint(
         if not is_original_layout(folder):
             return _load_hf(folder, dtype, device)
         model = load_original(folder)
-        torch.nn.Module.to(model, device=device or torch.device("cpu"), dtype=dtype)  # in place (transformers wraps .to)
+        torch.nn.Module.to(model, device=device or torch.device("cpu"), dtype=dtype)  # in place; wraps .to
         return model
     except CheckpointError as e:
         raise CheckpointError(f"cannot load checkpoint '{folder}': {e}") from None
