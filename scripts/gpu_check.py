@@ -1,0 +1,398 @@
+"""The GPU check: one prepared run of everything that needs CUDA, within ~8 minutes on one H200.
+
+Sections, each in a subprocess of its own (a CUDA error in one cannot poison the next), in this order, each
+given what is left of ``--budget-s``:
+
+* ``train`` (a): the tiny ``harmonyrl train device=cuda`` end to end, once per advantage estimator (grpo,
+  rloo, reinforce_pp, gae, a2c) and once with the GSPO loss and R3 routing replay: every RL step must update
+  (equal-reward groups are not skipped here), seconds, held-out success before/after (a nano model: this proves
+  the path runs on the device, not that it learns).
+* ``kernel`` (c): ``benchmarks/attention_gpu.py --check``: the flex sink kernel's exactness (forward and every
+  gradient) and its time and peak memory against eager at 2k, 8k and 32k tokens.
+* ``checkpoint`` (b): a synthetic checkpoint with gpt-oss-20b's exact geometry (random weights, MXFP4 experts,
+  :mod:`harmonyrl.models.synthetic`) written to ``/dev/shm``, checked by ``harmonyrl check-checkpoint`` and loaded
+  in bf16 onto the GPU: seconds for each, GiB on the GPU.
+* ``lora_step`` (e): on that checkpoint, LoRA (r=16 on the attention projections), activation checkpointing and
+  the flex sink kernel, one policy update at 4k tokens (forward, PPO-clip loss on the sampled tokens, backward,
+  AdamW on the adapters): peak GPU memory, step time, tokens/s and MFU (6 × active parameters per token, against
+  the H200's 989 TFLOP/s dense bf16). This is the update's model path, not the trainer's loop; the memory model's
+  prediction is recorded beside it once that model exists.
+* ``engine`` (d): the embedded engine (bf16, on the GPU) vs transformers ``generate`` on a two-layer model with
+  the 20b's layer geometry: tokens/s of each, and the engine-vs-trainer mismatch on the engine's own samples
+  (mean k1 and k3 KL estimates, largest per-token log-prob gap; trainer forward in bf16 and in fp32).
+
+Writes ``gpu_check.json`` (every figure, each section's status, versions, the machine) and ``gpu_check.log`` into
+``--out``; the last line is ``RESULT sections_ok=K/N …``. ``--dry-run`` runs every section on the CPU at tiny
+sizes (seconds each; the kernel forward only) so that this script cannot rot: ``.ci/run`` runs it.
+
+Run on the GPU machine through ``scripts/gpu_check.sh`` (it installs the carried wheels first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = ("train", "kernel", "checkpoint", "lora_step", "engine")
+SHARE = {"train": 0.25, "kernel": 0.3, "checkpoint": 0.3, "lora_step": 0.35, "engine": 0.2}
+"""Most of the time left that a section may take (the rest is kept for the sections after it)."""
+ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "gae", "a2c")
+H200_BF16_TFLOPS = 989.0
+RL_STEPS = 2
+TINY = [
+    "model.preset=nano", "sft.steps=3", "sft.batch_size=4", f"rl.steps={RL_STEPS}", "rollout.tasks_per_step=2",
+    "rollout.group_size=2", "rollout.max_new_tokens=32", "eval.n_tasks=4", "env.n_train=64", "env.n_test=8",
+    "rl.skip_zero_variance_groups=false",  # a nano model's rewards are all 0: every step must still update
+]  # fmt: skip
+SMALL_GEOMETRY = {
+    "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2, "num_local_experts": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: checks that every section still runs")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "runs/gpu_check"))
+    parser.add_argument("--only", default=",".join(ORDER), help=f"comma-separated sections of {','.join(ORDER)}")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of all sections together")
+    parser.add_argument("--section", default=None, help=argparse.SUPPRESS)  # the child process's own section
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.section is not None:
+        figures = SECTIONS[args.section](args.dry_run, args.out)
+        (args.out / f"{args.section}.json").write_text(json.dumps(figures, indent=1, default=str))
+        return
+    run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
+    chosen = [s for s in ORDER if s in args.only.split(",")]
+    unknown = set(args.only.split(",")) - set(ORDER)
+    if unknown:
+        sys.exit(f"gpu_check: unknown section(s) {sorted(unknown)}; choose from {', '.join(ORDER)}")
+    log = (args.out / "gpu_check.log").open("w")
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "dry_run": args.dry_run,
+                              "machine": machine(), "sections": {}}  # fmt: skip
+    end = time.monotonic() + args.budget_s
+    for name in chosen:
+        left = end - time.monotonic()
+        if left < 20:
+            report["sections"][name] = {"status": "not_run", "why": "the budget was spent"}
+            continue
+        limit = left if name == chosen[-1] else max(20.0, left * SHARE[name])
+        report["sections"][name] = run_section(name, args, limit, log)
+        print(f"gpu_check: {name}: {report['sections'][name]['status']}", flush=True)
+    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    ok = sum(s["status"] == "ok" for s in report["sections"].values())
+    print(f"RESULT sections_ok={ok}/{len(chosen)} " + " ".join(headline(report["sections"])), flush=True)
+    sys.exit(0 if ok == len(chosen) else 1)
+
+
+def run_section(name: str, args: argparse.Namespace, limit: float, log: Any) -> dict[str, Any]:
+    """Run one section in a child process within ``limit`` seconds; its figures, or why there are none."""
+    argv = [sys.executable, __file__, "--section", name, "--out", str(args.out)] + (["--dry-run"] * args.dry_run)
+    start = time.monotonic()
+    log.write(f"\n===== {name} (limit {limit:.0f} s) =====\n")
+    log.flush()
+    try:
+        proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=limit, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "seconds": round(limit, 1)}
+    took = round(time.monotonic() - start, 1)
+    out = args.out / f"{name}.json"
+    if proc.returncode != 0 or not out.is_file():
+        return {"status": "failed", "exit": proc.returncode, "seconds": took, "why": tail(args.out / "gpu_check.log")}
+    figures = json.loads(out.read_text())
+    return {"status": figures.pop("status", "ok"), "seconds": took, **figures}
+
+
+def tail(path: Path, lines: int = 6) -> str:
+    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+def headline(sections: dict[str, dict[str, Any]]) -> list[str]:
+    """The figures the RESULT line carries, where their section ran."""
+    keys = {
+        "kernel": ("seq8192_speedup", "seq8192_mem_ratio", "check"),
+        "lora_step": ("peak_gib", "mfu"),
+        "checkpoint": ("load_s", "gpu_gib"),
+        "engine": ("engine_vs_hf", "k3_bf16"),
+        "train": ("runs_ok",),
+    }
+    return [f"{k}={sections[s][k]}" for s, ks in keys.items() if s in sections for k in ks if k in sections[s]]
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        info["transformers"] = None
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    return info
+
+
+# ---- sections (each runs in its own process) ---------------------------------------------------------------
+
+
+def device_of(dry_run: bool) -> str:
+    import torch
+
+    if dry_run:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_check: torch sees no GPU (use --dry-run on a CPU)")
+    return "cuda"
+
+
+def section_train(dry_run: bool, out: Path) -> dict[str, Any]:
+    """(a) The tiny ``harmonyrl train`` on the device, every estimator, in this process (one import for all)."""
+    from harmonyrl.cli import app
+
+    device = device_of(dry_run)
+    variants = {k: [f"rl.advantage.kind={k}"] for k in ESTIMATORS}
+    variants["gspo_r3"] = ["rl.loss.kind=gspo", "rl.routing_replay=r3"]
+    runs: dict[str, Any] = {}
+    for name, extra in variants.items():
+        start = time.monotonic()
+        argv = ["train", f"device={device}", *TINY, *extra, f"output_dir={out / 'runs'}", f"run_name={name}"]
+        try:
+            app([*argv, "--overwrite"], standalone_mode=False)
+            folder = out / "runs" / name
+            rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+            updates = sum(r.get("phase") == "rl" and r.get("train/skipped") == 0.0 for r in rows)
+            summary = json.loads((folder / "summary.json").read_text())
+            took = round(time.monotonic() - start, 1)
+            runs[name] = {"ok": updates == RL_STEPS, "updates": updates, "seconds": took, "summary": summary}
+        except BaseException as e:  # SystemExit from a one-line error too: record it, go on with the next
+            runs[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    ok = sum(r["ok"] for r in runs.values())
+    return {"status": "ok" if ok == len(runs) else "failed", "runs_ok": f"{ok}/{len(runs)}", "runs": runs}
+
+
+def section_kernel(dry_run: bool, out: Path) -> dict[str, Any]:
+    """(c) The sink kernel's exactness, time and memory (``benchmarks/attention_gpu.py``)."""
+    path = out / "kernel_bench.json"
+    flags = ["--dry-run"] if dry_run else ["--check"]
+    script = str(ROOT / "benchmarks" / "attention_gpu.py")
+    proc = subprocess.run([sys.executable, script, *flags, "--json", str(path)], capture_output=True, text=True)
+    print(proc.stdout[-4000:], proc.stderr[-4000:], flush=True)
+    result = next((line for line in reversed(proc.stdout.splitlines()) if line.startswith("RESULT ")), "")
+    figures: dict[str, Any] = dict(kv.split("=", 1) for kv in result.split()[1:])
+    figures["details"] = json.loads(path.read_text()) if path.is_file() else None
+    return {"status": "ok" if proc.returncode == 0 and result else "failed", **figures}
+
+
+def synthetic_folder(dry_run: bool, out: Path) -> Path:
+    """Where the 20b-geometry checkpoint is written: RAM (``/dev/shm``) when it has room, so disk speed is not timed."""
+    shm = Path("/dev/shm")
+    if not dry_run and shm.is_dir() and os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize > 20 << 30:
+        return shm / "harmonyrl-gpu-check-20b"
+    return out / ("synthetic-small" if dry_run else "synthetic-20b")
+
+
+def geometry(dry_run: bool) -> dict[str, Any]:
+    from harmonyrl.models.synthetic import GPT_OSS_20B, scaled
+
+    return scaled(GPT_OSS_20B, **SMALL_GEOMETRY) if dry_run else GPT_OSS_20B
+
+
+def section_checkpoint(dry_run: bool, out: Path) -> dict[str, Any]:
+    """(b) Write, check and load (bf16, on the device) a checkpoint with gpt-oss-20b's geometry."""
+    import torch
+
+    from harmonyrl.models.load import load_checkpoint
+    from harmonyrl.models.synthetic import write_synthetic
+
+    device = torch.device(device_of(dry_run))
+    folder = synthetic_folder(dry_run, out)
+    start = time.monotonic()
+    if not (folder / "model.safetensors.index.json").is_file():
+        write_synthetic(folder, geometry(dry_run), shard_bytes=(1 << 20) if dry_run else (4 << 30))
+    wrote = time.monotonic() - start
+    start = time.monotonic()
+    cli = [sys.executable, "-m", "harmonyrl.cli", "check-checkpoint", str(folder)]
+    checked = subprocess.run(cli, capture_output=True, text=True)
+    print(checked.stdout[-2000:], checked.stderr[-2000:], flush=True)
+    check_s = time.monotonic() - start
+    start = time.monotonic()
+    model = load_checkpoint(folder, dtype=torch.bfloat16, device=device)
+    sync(device)
+    load_s = time.monotonic() - start
+    params = sum(p.numel() for p in model.parameters())
+    gib = torch.cuda.memory_allocated() / 2**30 if device.type == "cuda" else None
+    return {"status": "ok" if checked.returncode == 0 else "failed", "folder": str(folder), "write_s": round(wrote, 1),
+            "check_checkpoint_s": round(check_s, 1), "check_checkpoint_exit": checked.returncode,
+            "load_s": round(load_s, 1), "parameters_b": round(params / 1e9, 2),
+            "gpu_gib": None if gib is None else round(gib, 1)}  # fmt: skip
+
+
+def active_parameters(config: Any) -> int:
+    """Parameters one token passes through: attention, router, the routed experts, norms, the unembedding."""
+    h, layers, heads, kv, hd = (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
+                                config.num_key_value_heads, config.head_dim)  # fmt: skip
+    attention = h * hd * (2 * heads + 2 * kv)
+    experts = config.num_experts_per_tok * 3 * h * config.intermediate_size
+    return int(layers * (attention + experts + h * config.num_local_experts) + config.vocab_size * h)
+
+
+def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
+    """(e) One LoRA policy update of the 20b geometry at 4k tokens: bf16 base, checkpointing, the sink kernel."""
+    import torch
+
+    from harmonyrl.algorithms.losses import ppo_clip_loss
+    from harmonyrl.models import grad_checkpointing
+    from harmonyrl.models.attention import set_kernel
+    from harmonyrl.models.load import load_checkpoint
+    from harmonyrl.models.lora import add_lora
+    from harmonyrl.models.synthetic import write_synthetic
+
+    device = torch.device(device_of(dry_run))
+    folder = synthetic_folder(dry_run, out)
+    if not (folder / "model.safetensors.index.json").is_file():
+        write_synthetic(folder, geometry(dry_run), shard_bytes=(1 << 20) if dry_run else (4 << 30))
+    model = load_checkpoint(folder, dtype=torch.bfloat16, device=device)
+    add_lora(model, r=16, alpha=32, dropout=0.0, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # fp32 master weights for what trains only
+    grad_checkpointing.enable(model)
+    if device.type == "cuda":
+        set_kernel(model, "harmonyrl_flex_sink")
+    model.train()
+    tokens = 256 if dry_run else 4096
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size - 2, (1, tokens), generator=gen).to(device)
+    mask = torch.zeros(1, tokens - 1, device=device)
+    mask[:, tokens // 4 :] = 1.0  # the prompt's quarter is not trained on
+    advantages = torch.randn(1, tokens - 1, generator=gen).to(device)
+    times = []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(2):  # the first compiles the kernel; the second is timed
+        start = time.monotonic()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = model(input_ids=ids).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        loss = ppo_clip_loss(logp, logp.detach(), advantages, mask, 0.2, 0.28).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        sync(device)
+        times.append(time.monotonic() - start)
+        del logits, logp, loss
+    step_s = times[-1]
+    flops = 6 * active_parameters(model.config) * tokens
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    return {"status": "ok", "tokens": tokens, "step_s": round(step_s, 3), "first_step_s": round(times[0], 1),
+            "tokens_per_s": round(tokens / step_s, 1), "peak_gib": None if peak is None else round(peak, 1),
+            "mfu": round(flops / step_s / (H200_BF16_TFLOPS * 1e12), 4) if device.type == "cuda" else None,
+            "active_parameters_b": round(active_parameters(model.config) / 1e9, 2),
+            "predicted_peak_gib": None}  # fmt: skip
+
+
+def section_engine(dry_run: bool, out: Path) -> dict[str, Any]:
+    """(d) Engine vs ``generate`` tokens/s, and engine-vs-trainer mismatch on the engine's own samples."""
+    import asyncio
+
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    from harmonyrl.engine.local.engine import LocalEngine
+    from harmonyrl.models.synthetic import GPT_OSS_20B, scaled
+    from harmonyrl.types import SamplingParams
+
+    device = torch.device(device_of(dry_run))
+    changes = SMALL_GEOMETRY if dry_run else {"num_hidden_layers": 2}
+    config = GptOssConfig(**scaled(GPT_OSS_20B, **changes))
+    del config.quantization_config
+    torch.manual_seed(0)
+    model = GptOssForCausalLM(config)
+    torch.nn.Module.to(model, device=device, dtype=torch.bfloat16)  # in place; transformers wraps .to
+    model.eval()
+    prompts, new = (4, 8) if dry_run else (32, 128)
+    gen = torch.Generator().manual_seed(0)
+    batch = [torch.randint(0, config.vocab_size - 2, (64,), generator=gen).tolist() for _ in range(prompts)]
+    engine = LocalEngine(model, max_batch=64, max_seq_len=512, dtype=torch.bfloat16, kernel="torch", device=device)
+    params = [SamplingParams(temperature=1.0, max_new_tokens=new, seed=i) for i in range(prompts)]
+
+    async def sample() -> list[Any]:
+        return list(await asyncio.gather(*(engine.generate(p, s) for p, s in zip(batch, params, strict=True))))
+
+    def timed(fn: Any) -> tuple[Any, float]:
+        fn()  # warm-up
+        sync(device)
+        start = time.monotonic()
+        result = fn()
+        sync(device)
+        return result, time.monotonic() - start
+
+    gens, engine_s = timed(lambda: asyncio.run(sample()))
+    ids = torch.tensor(batch, device=device)
+    _, hf_s = timed(lambda: model.generate(input_ids=ids, do_sample=True, max_new_tokens=new, min_new_tokens=new,
+                                           top_k=0, pad_token_id=config.pad_token_id))  # fmt: skip
+    engine_tokens = sum(len(g.token_ids) for g in gens)
+    figures: dict[str, Any] = {"status": "ok", "engine_tokens_per_s": round(engine_tokens / engine_s, 1),
+                               "hf_tokens_per_s": round(prompts * new / hf_s, 1)}  # fmt: skip
+    figures["engine_vs_hf"] = round(figures["engine_tokens_per_s"] / figures["hf_tokens_per_s"], 2)
+    for dtype in (torch.bfloat16, torch.float32):
+        torch.nn.Module.to(model, dtype=dtype)
+        k1, k3, gap = mismatch(model, batch, gens, device)
+        name = "bf16" if dtype == torch.bfloat16 else "fp32"
+        figures.update({f"k1_{name}": k1, f"k3_{name}": k3, f"max_gap_{name}": gap})
+    asyncio.run(engine.close())
+    return figures
+
+
+def mismatch(model: Any, prompts: list[list[int]], gens: list[Any], device: Any) -> tuple[float, float, float]:
+    """Mean k1 and k3 KL estimates (sampler ‖ trainer) and the largest |Δ log-prob| over the sampled tokens."""
+    import torch
+
+    k1s, k3s, gaps = [], [], []
+    with torch.no_grad():
+        for prompt, g in zip(prompts, gens, strict=True):
+            ids = torch.tensor([prompt + list(g.token_ids)], device=device)
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            trainer = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+            sampler = torch.tensor(g.logprobs, device=device, dtype=torch.float32)
+            log_ratio = trainer - sampler  # log p_trainer / p_sampler on the sampler's own samples
+            k1s.append((-log_ratio).mean().item())
+            k3s.append((log_ratio.exp() - 1 - log_ratio).mean().item())
+            gaps.append(log_ratio.abs().max().item())
+    return sig(sum(k1s) / len(k1s)), sig(sum(k3s) / len(k3s)), sig(max(gaps))
+
+
+def sig(x: float) -> float:
+    """Three significant figures (a KL of 1e-7 must not print as 0)."""
+    return float(f"{x:.3g}")
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+SECTIONS = {"train": section_train, "kernel": section_kernel, "checkpoint": section_checkpoint,
+            "lora_step": section_lora_step, "engine": section_engine}  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
