@@ -21,8 +21,8 @@ def _group_sums(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.T
         raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [B]")
     _, inverse = torch.unique(group_ids, return_inverse=True)
     n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
-    counts = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, torch.ones_like(rewards))
-    sums = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
+    counts = rewards.new_zeros(n_groups).index_add_(0, inverse, torch.ones_like(rewards))
+    sums = rewards.new_zeros(n_groups).index_add_(0, inverse, rewards)
     return inverse, counts, sums
 
 
@@ -206,7 +206,7 @@ def value_loss(
     returns = returns.detach()
     err = (values - returns) ** 2
     if clip is None:
-        return ValueLossOutput(aggregate_loss(0.5 * err, mask, aggregation, norm), torch.zeros(()))
+        return ValueLossOutput(aggregate_loss(0.5 * err, mask, aggregation, norm), err.new_zeros(()))
     old_values = old_values.detach()
     clipped_v = old_values + (values - old_values).clamp(-clip, clip)
     err_clipped = (clipped_v - returns) ** 2

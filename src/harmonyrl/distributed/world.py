@@ -1,7 +1,8 @@
 """Which process of a ``torchrun`` launch this is, and the few collectives the training loop needs.
 
 ``torchrun --nproc_per_node N`` sets ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` (and the rendezvous address);
-:func:`join` reads them and starts the process group: gloo on CPU, NCCL when CUDA is available. With no such
+:func:`join` reads them and starts the process group: gloo on CPU; with CUDA a backend per device
+(``cpu:gloo,cuda:nccl``), so a collective runs wherever its tensors are. With no such
 variables, or ``WORLD_SIZE=1``, the run is the plain single process (:data:`SINGLE`) and nothing here touches
 ``torch.distributed``, so every collective below is a no-op there.
 
@@ -57,7 +58,7 @@ def launched_size(environ: Mapping[str, str] | None = None) -> int:
 
 
 def join(environ: Mapping[str, str] | None = None) -> World:
-    """Start the process group of a torchrun launch (gloo on CPU, NCCL with CUDA); :data:`SINGLE` without one."""
+    """Start the process group of a torchrun launch (see :func:`backend_for`); :data:`SINGLE` without one."""
     env = os.environ if environ is None else environ
     size = launched_size(env)
     if size == 1:
@@ -66,11 +67,16 @@ def join(environ: Mapping[str, str] | None = None) -> World:
     if missing:
         raise LaunchError(f"WORLD_SIZE={size} but {', '.join(missing)} unset: launch with torchrun --nproc_per_node N")
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
+        if torch.cuda.is_available():  # this rank's GPU first: NCCL binds the device current at its start
             torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
+        dist.init_process_group(backend_for(torch.cuda.is_available()))
     return World(dist.get_rank(), dist.get_world_size())
+
+
+def backend_for(cuda: bool) -> str:
+    """The process group's backends, one per device: a collective on CPU tensors (the loop's figures, counts)
+    goes over gloo, on CUDA tensors over NCCL, which refuses CPU tensors."""
+    return "cpu:gloo,cuda:nccl" if cuda else "gloo"
 
 
 def leave(world: World) -> None:

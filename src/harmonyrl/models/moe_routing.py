@@ -81,10 +81,11 @@ class MoeRouting:
                 raise ValueError(f"replay routing has shape {tuple(replay.shape)}, expected [B, T, L, k] = {grid}")
             if int(replay.max()) >= self.num_experts:
                 raise ValueError(f"replay routing names expert {int(replay.max())}; the model has {self.num_experts}")
-        self.replay = None if replay is None else replay.long()
-        self.own = torch.full(grid, NOT_ROUTED, dtype=torch.long)
-        self.used = torch.full(grid, NOT_ROUTED, dtype=torch.long)
-        self.logits = torch.zeros(b, t, self.num_layers, self.num_experts)
+        on = first.weight.device  # the records live where the router runs (replay ids are moved there once)
+        self.replay = None if replay is None else replay.to(on, torch.long)
+        self.own = torch.full(grid, NOT_ROUTED, dtype=torch.long, device=on)
+        self.used = torch.full(grid, NOT_ROUTED, dtype=torch.long, device=on)
+        self.logits = torch.zeros(b, t, self.num_layers, self.num_experts, device=on)
         self._rows, self._cols = slice(0, b), slice(0, t)
 
     def __enter__(self) -> MoeRouting:

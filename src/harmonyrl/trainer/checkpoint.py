@@ -143,11 +143,15 @@ def _fresh_tmp(path: Path) -> Path:
 
 
 def _trainer_state(step: int, optimizer: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
+    """The state beside the weights; with CUDA, every visible GPU's RNG state too (``rng_cuda``, one byte tensor
+    per device: dropout and sampling on a GPU draw from it), absent without CUDA as in older checkpoints."""
+    cuda = {"rng_cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}
     return {
         "step": step,
         "optimizer": optimizer,
         "rng_torch": torch.get_rng_state(),
         "rng_python": random.getstate(),
+        **cuda,
         **extra,
     }
 

@@ -198,5 +198,11 @@ def rewind_files(run_dir: Path, cuts: dict[str, int]) -> None:
 
 
 def restore_rngs(state: dict[str, Any]) -> None:
+    """The CPU, Python and (when saved and CUDA is here) GPU RNG states of a checkpoint. A checkpoint written
+    without CUDA has no ``rng_cuda``: its GPU generators keep their seeded state. GPUs beyond those saved keep
+    theirs, states beyond the GPUs present are not used."""
     torch.set_rng_state(state["rng_torch"])
     random.setstate(state["rng_python"])
+    if "rng_cuda" in state and torch.cuda.is_available():
+        for device, cuda_state in enumerate(state["rng_cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)

@@ -370,7 +370,7 @@ def _joined_routing(parts: list[MoeRouting], batch: Batch, world: World) -> Trai
     rows = shard_rows(batch.size, world)
 
     def whole(local: torch.Tensor | None, grid: tuple[int, ...], fill: float, dtype: torch.dtype) -> torch.Tensor:
-        out = torch.zeros((batch.size, width, *grid), dtype=dtype)
+        out = torch.zeros((batch.size, width, *grid), dtype=dtype, device=batch.input_ids.device)
         if local is not None:
             out[rows] = local - fill
         return sum_all(out, world) + fill
