@@ -1,11 +1,11 @@
-"""The engine's two MoE paths against the ``mlp`` module the trainer runs: same routing, same outputs."""
+"""The engine's MoE against the ``mlp`` module the trainer runs: same routing, same outputs, routed experts only."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harmonyrl.engine.local.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
+from harmonyrl.engine.local.moe import routed_moe
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 
 
@@ -17,34 +17,38 @@ def mlp() -> torch.nn.Module:
     return model.model.layers[1].mlp
 
 
-@pytest.mark.parametrize("n", [1, 3, 64, 700])
-def test_sparse_moe_is_the_mlp_module_bit_for_bit(mlp: torch.nn.Module, n: int) -> None:
+@pytest.mark.parametrize("n", [1, 3, 32, 64, 700])
+def test_routed_moe_is_the_mlp_module_bit_for_bit(mlp: torch.nn.Module, n: int) -> None:
     x = torch.randn(n, mlp.router.weight.shape[1], generator=torch.Generator().manual_seed(n))
     with torch.inference_mode():
         want, _ = mlp(x[None])
-        got = sparse_moe(mlp, SplitExperts.of(mlp.experts), x)
+        got = routed_moe(mlp, x)
     assert torch.equal(got, want[0])
 
 
-def test_sparse_moe_with_an_expert_that_gets_no_token(mlp: torch.nn.Module) -> None:
+def test_routed_moe_with_an_expert_that_gets_no_token(mlp: torch.nn.Module) -> None:
     x = torch.randn(1, mlp.router.weight.shape[1], generator=torch.Generator().manual_seed(7))
     x = x.expand(5, -1).contiguous()  # five copies of one token: top-2 of 4 leaves two experts idle
     with torch.inference_mode():
         want, _ = mlp(x[None])
-        got = sparse_moe(mlp, SplitExperts.of(mlp.experts), x)
+        got = routed_moe(mlp, x)
     assert torch.equal(got, want[0])
 
 
-def test_split_experts_put_gate_columns_first(mlp: torch.nn.Module) -> None:
-    split = SplitExperts.of(mlp.experts)
-    w = mlp.experts.gate_up_proj.detach()
-    half = w.shape[2] // 2
-    assert torch.equal(split.w1[:, :, :half], w[:, :, 0::2]) and torch.equal(split.w1[:, :, half:], w[:, :, 1::2])
-
-
-def test_dense_moe_matches_the_mlp_module(mlp: torch.nn.Module) -> None:
-    x = torch.randn(32, mlp.router.weight.shape[1], generator=torch.Generator().manual_seed(3))
+def test_routed_moe_never_touches_an_expert_no_token_chose(mlp: torch.nn.Module) -> None:
+    """Decode computes only the routed experts: poison the experts no token picked and the output is unchanged."""
+    x = torch.randn(1, mlp.router.weight.shape[1], generator=torch.Generator().manual_seed(7)).expand(3, -1)
     with torch.inference_mode():
-        want, _ = mlp(x[None])
-        got = dense_moe(mlp, DenseExperts.of(mlp.experts), x)
-    assert torch.allclose(got, want[0], atol=1e-5, rtol=1e-5)  # all experts summed densely: fp32 order only
+        _, _, idx = mlp.router(x)
+        want = routed_moe(mlp, x)
+    idle = sorted(set(range(mlp.experts.gate_up_proj.shape[0])) - set(idx.flatten().tolist()))
+    assert idle
+    saved = mlp.experts.gate_up_proj.detach()[idle].clone()
+    with torch.no_grad():
+        mlp.experts.gate_up_proj[idle] = float("nan")
+    try:
+        with torch.inference_mode():
+            assert torch.equal(routed_moe(mlp, x), want)
+    finally:
+        with torch.no_grad():
+            mlp.experts.gate_up_proj[idle] = saved

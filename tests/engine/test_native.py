@@ -52,14 +52,14 @@ def both_steps(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(torch logits, native logits, torch keys, native keys, torch values, native values) of one decode step
     from the same cache; the native step also returns the experts it chose (checked by the caller)."""
-    k0, v0 = fwd.cache.k.clone(), fwd.cache.v.clone()
+    saved = fwd.cache.state()
     with torch.inference_mode():
         ref = fwd.decode(torch.tensor(tokens), positions, slots)
-        k_ref, v_ref = fwd.cache.k.clone(), fwd.cache.v.clone()
-        fwd.cache.k.copy_(k0)
-        fwd.cache.v.copy_(v0)
+        k_ref, v_ref = torch.cat([t.flatten() for t in fwd.cache.k]), torch.cat([t.flatten() for t in fwd.cache.v])
+        fwd.cache.restore(saved)
         out, _ = NativeDecode(fwd)(torch.tensor(tokens), torch.tensor(positions), torch.tensor(slots), record=False)
-    return ref, out, k_ref, fwd.cache.k, v_ref, fwd.cache.v
+    k, v = torch.cat([t.flatten() for t in fwd.cache.k]), torch.cat([t.flatten() for t in fwd.cache.v])
+    return ref, out, k_ref, k, v_ref, v
 
 
 @pytest.fixture(params=["avx2", "generic"])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harmonyrl.engine.local.kv_cache import KVSnapshot
 from harmonyrl.engine.local.prefix_cache import CachedPrefix, PrefixCache, prefill_groups
 
 
 def entry(tokens: int) -> CachedPrefix:
     """``tokens`` positions of 1 layer × 1 head × 2 dims: 8 bytes per position for keys, 8 for values."""
-    return CachedPrefix(torch.zeros(1, 1, tokens, 2), torch.zeros(1, 1, tokens, 2), None)
+    zeros = (torch.zeros(1, tokens, 2),)
+    return CachedPrefix(KVSnapshot(zeros, zeros, tokens), None)
 
 
 def test_longest_stored_prefix_that_the_prompt_extends() -> None:

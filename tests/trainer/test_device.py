@@ -62,7 +62,7 @@ def test_the_engine_puts_its_model_cache_and_routing_on_its_device() -> None:
     engine = LocalEngine(model, max_batch=2, max_seq_len=64, kernel="torch", device=torch.device("meta"))
     assert engine.device.type == "meta"
     assert all(p.device.type == "meta" for p in engine._model.parameters())
-    assert engine._fwd.cache.k.device.type == "meta" and engine._fwd._arange.device.type == "meta"
+    assert all(t.device.type == "meta" for t in engine._fwd.cache.k) and engine._fwd._arange.device.type == "meta"
     assert engine._routing is not None and engine._routing.buffer.device.type == "meta"
     with pytest.raises(ValueError, match="compiled CPU step"):
         LocalEngine(model, max_batch=2, max_seq_len=64, kernel="native", device=torch.device("meta"))

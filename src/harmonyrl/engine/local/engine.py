@@ -24,14 +24,15 @@ halves prefill speed. On the loop's thread the engine shares the trainer's team 
 (``benchmarks/engine.py``: 0.87 → 0.66–0.72 s; ``benchmarks/overlap.py``: 10.2 → 12.8 episodes/s). What
 the loop thread gives up, overlapping agent-side Python with a step, was little: both hold the GIL.
 
-The engine owns a private deep copy of the model (the trainer keeps training its own); ``load_weights``
-copies new weights in between RL steps.
+Weights (:mod:`.weights`): a copy of its own by default, cast straight to the engine's dtype; or, with
+``share_weights``, the trainer's own tensors wherever device and dtype agree (the synchronous pipeline: the
+trainer updates them between rollout phases, and a sync only rebuilds what the engine derives from them). The
+engine's bytes beyond the trainer's are :meth:`LocalEngine.memory`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.base import MetricsWindow
+from harmonyrl.engine.local import weights
 from harmonyrl.engine.local.forward import LeanForward
 from harmonyrl.engine.local.native import KernelChoice, NativeDecode, use_native
 from harmonyrl.engine.local.prefill import MIN_PREFIX, Prefill
@@ -50,6 +52,26 @@ from harmonyrl.engine.local.routing_capture import EngineRouting
 from harmonyrl.engine.local.sampling import RowParams, sample, seed_key, validate_request
 from harmonyrl.engine.local.stats import EngineStats
 from harmonyrl.types import Generation, Routing, SamplingParams
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """Bytes the engine holds beyond the weights it shares, by what they are for (:meth:`LocalEngine.memory`)."""
+
+    weights: int
+    """Model tensors the engine owns: all of them when it copies; with ``share_weights`` only those it could not
+    share (another dtype or device) or computes itself (LoRA's merged ``W + BA``)."""
+    derived: int
+    """What the forward derives from the weights: fp32 norm weights (a bf16 engine), q/k/v biases, RoPE tables."""
+    panels: int
+    """The compiled step's weight panels (``kernel=native``, CPU fp32): a full input-major copy of every weight."""
+    kv_cache: int
+    routing: int
+    prefix_cache: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.derived + self.panels + self.kv_cache + self.routing + self.prefix_cache
 
 
 @dataclass
@@ -79,9 +101,12 @@ class LocalEngine:
         prefix_cache_mib: float = 256.0,
         kernel: KernelChoice = "auto",
         device: torch.device | None = None,
+        share_weights: bool = False,
     ) -> None:
-        """``device``: where the engine's copy of the model, its KV cache and its decode run (default: the
-        model's); the compiled C step (``kernel`` native) runs on the CPU only."""
+        """``device``: where the engine's weights, its KV cache and its decode run (default: the model's); the
+        compiled C step (``kernel`` native) runs on the CPU only. ``share_weights``: use ``model``'s own tensors
+        wherever they already have ``device`` and ``dtype`` (LoRA adapters: merged copies of the adapted tensors
+        only), for a caller that never changes them while a generation runs (:mod:`.weights`)."""
         if max_batch < 1 or max_seq_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq_len >= 2, got {max_batch}, {max_seq_len}")
         if not 0 <= prefix_cache_mib < float("inf"):
@@ -93,10 +118,8 @@ class LocalEngine:
         self.device = device if device is not None else model.lm_head.weight.device
         if kernel == "native" and self.device.type != "cpu":
             raise ValueError(f"kernel='native' is the compiled CPU step; the engine is on {self.device}")
-        private = copy.deepcopy(model)
-        # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
-        torch.nn.Module.to(private, device=self.device, dtype=dtype)  # in place
-        self._model = private.eval().requires_grad_(False)
+        self.share_weights = share_weights
+        self._model = weights.build(model, self.device, dtype, share_weights)
         self._fwd = LeanForward(self._model, max_batch, max_seq_len, sinks=sinks)
         on_cpu = self.device.type == "cpu"
         self._native = NativeDecode(self._fwd) if on_cpu and use_native(kernel, model.config, dtype) else None
@@ -140,28 +163,31 @@ class LocalEngine:
         return await request.future  # cancelling the caller cancels the future; the worker frees the slot
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Copy new weights into the engine's private model (strict key match; dtype converted)."""
+        """New weights (plain GptOss names, strict key match; dtype converted): copied into the engine's own
+        tensors, or, sharing, taken as they are where they fit; then what the engine derives is rebuilt and the
+        prefix cache (keys of the old weights) cleared."""
         if self.num_in_flight:
             raise RuntimeError(
                 f"load_weights called with {self.num_in_flight} requests in flight; "
                 "sync weights between RL steps, when no generate() is pending"
             )
-        with torch.no_grad():
-            self._model.load_state_dict(dict(state_dict), strict=True)
+        weights.load(self._model, state_dict, self.share_weights, self.device)
         self._fwd.refresh()
         if self._native is not None:
             self._native.refresh()
         self._prefixes.clear()  # cached keys/values belong to the old weights
 
     async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """The ``Engine`` protocol's weight sync: an in-process copy (:meth:`load_weights`)."""
+        """The ``Engine`` protocol's weight sync, in process (:meth:`load_weights`): a copy, or nothing to move
+        when the engine shares the trainer's tensors."""
         self.load_weights(state_dict)
         self.policy_version = version
 
     def replica(self) -> LocalEngine:
         """A second engine with the same settings and a copy of the weights this one holds now (its version too),
         but its own KV cache, prefix cache and worker: the async pipeline runs batches of different policy
-        versions on copies at once (docs/async.md). A row's result does not depend on which copy runs it."""
+        versions on copies at once (docs/async.md). A row's result does not depend on which copy runs it.
+        Always a copy, even of a sharing engine: a replica samples a version the trainer has moved on from."""
         dtype, sinks, prefix_cache_mib = self._settings
         copy_ = LocalEngine(
             self._model,
@@ -176,6 +202,20 @@ class LocalEngine:
         )
         copy_.policy_version = self.policy_version
         return copy_
+
+    def memory(self, beside: torch.nn.Module | None = None) -> EngineMemory:
+        """The bytes this engine holds, counted by storage, leaving out tensors of ``beside`` (the trainer's model,
+        whose tensors a sharing engine uses): what the engine adds to the process."""
+        model = [*self._model.parameters(), *self._model.buffers()]
+        theirs = set() if beside is None else weights.storages([*beside.parameters(), *beside.buffers()])
+        return EngineMemory(
+            weights=weights.tensor_bytes(model, theirs),
+            derived=weights.tensor_bytes(self._fwd.derived(), theirs | weights.storages(model)),
+            panels=0 if self._native is None else self._native.nbytes,
+            kv_cache=self._fwd.cache.nbytes,
+            routing=0 if self._routing is None else self._routing.buffer.nbytes,
+            prefix_cache=self._prefixes.nbytes,
+        )
 
     def metrics_window(self) -> MetricsWindow:
         """Open a window over :attr:`stats`; closing it gives the ``engine/*`` metrics of the work done in it."""
@@ -355,9 +395,8 @@ class LocalEngine:
         next turn re-sends them, then prefills only the last sampled token and the tool result."""
         if fed < MIN_PREFIX or not self._prefixes.budget_bytes:
             return
-        cache, slot = self._fwd.cache, request.slot
-        keys, values = cache.k[:, slot, :, :fed].clone(), cache.v[:, slot, :, :fed].clone()
-        self._prefixes.put(tuple(request.prompt + request.tokens[:-1]), CachedPrefix(keys, values, routing))
+        kv = self._fwd.cache.snapshot(request.slot, fed)
+        self._prefixes.put(tuple(request.prompt + request.tokens[:-1]), CachedPrefix(kv, routing))
 
     def _decode(self, rows: list[_Request]) -> torch.Tensor:
         # the last sampled token is not in the cache yet: it goes in at position len(prompt) + n - 1

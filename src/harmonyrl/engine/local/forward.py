@@ -5,14 +5,19 @@ output dataclasses) dominates at our model sizes, and the HF cache cannot hold r
 that join and leave between steps. This module reuses the HF parameters and the HF ``router`` modules (so MoE
 routing is the trainer's, token for token) and re-implements only attention around a preallocated cache:
 
-* cache ``k``/``v``: ``[layers, slots, kv_heads, max_seq_len, head_dim]``; a slot is one in-flight request.
+* cache: :class:`~harmonyrl.engine.local.kv_cache.KVCache`, per layer; a slot is one in-flight request. Sliding
+  layers keep a ring of their window; a query there attends to the ring's history plus the new keys.
 * prefill: newly admitted prompts' tails, right-padded to ``[n, T]``, each after the cached prefix already
   copied into its slot (see :mod:`harmonyrl.engine.local.prefix_cache`). When every row starts at the same
   position one causal (or sliding-window) mask serves all rows; otherwise each row gets its own. Padded
   queries compute garbage that is never read (valid queries never see a padded key: it lies in their future).
-  MoE as :func:`~harmonyrl.engine.local.moe.sparse_moe`.
-* decode: one token per active row at per-row positions ``[B]``; keys ``0..max(pos)`` of each row's slot,
-  masked per row. MoE as :func:`~harmonyrl.engine.local.moe.dense_moe`.
+  MoE as :func:`~harmonyrl.engine.local.moe.routed_moe`.
+* decode: one token per active row at per-row positions ``[B]``; keys ``0..max(pos)`` of each row's slot on full
+  layers, the ring's ``W`` entries on sliding ones, masked per row. MoE: the routed experts only, as in prefill.
+
+Weights are read, never copied, with one exception that costs nothing: when the q/k/v projections lie back to back
+in one storage (an engine that owns its weights lays them out so) they run as one GEMM over a view; otherwise
+(weights shared with the trainer) as three, the same bits (a GEMM's columns do not depend on their neighbours).
 
 The attention math lives in :func:`sink_attention` alone, so a faster kernel can replace it.
 """
@@ -26,12 +31,11 @@ import torch.nn.functional as F
 from transformers import GptOssForCausalLM
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
-from harmonyrl.engine.local.moe import DenseExperts, SplitExperts, dense_moe, sparse_moe
+from harmonyrl.engine.local.kv_cache import KVCache, KVSnapshot
+from harmonyrl.engine.local.moe import routed_moe
 
 EAGER_MAX_QUERIES = 16
 """Up to this many queries per row, :func:`sink_attention` runs eager instead of the fused kernel."""
-DENSE_MAX_TOKENS = 64
-"""Up to this many tokens, a layer's MoE runs every expert densely (:func:`dense_moe`): fewer, larger ops."""
 
 
 def sink_attention(
@@ -84,25 +88,6 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + swapped * sin
 
 
-class KVCache:
-    """Preallocated keys/values ``[layers, slots, kv_heads, max_seq_len, head_dim]`` (zeros, never NaN,
-    so masked stale entries contribute exactly 0 to attention)."""
-
-    def __init__(
-        self,
-        layers: int,
-        slots: int,
-        kv_heads: int,
-        max_seq_len: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device | None = None,
-    ) -> None:
-        shape = (layers, slots, kv_heads, max_seq_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-
-
 @dataclass(frozen=True)
 class _Layer:
     """One decoder layer's weights as the engine reads them (rebuilt by :meth:`LeanForward.refresh`), so a
@@ -111,15 +96,20 @@ class _Layer:
     norm_w: torch.Tensor  # input RMSNorm weight, fp32
     post_w: torch.Tensor  # post-attention RMSNorm weight, fp32
     eps: float  # both norms' epsilon (the config's rms_norm_eps)
-    qkv_w: torch.Tensor  # q/k/v projections fused: [(H + 2·KVH)·D, hidden]
-    qkv_b: torch.Tensor | None
+    proj: tuple[tuple[torch.Tensor, torch.Tensor | None], ...]  # (weight, bias) of q, k and v: their own tensors
+    qkv_w: torch.Tensor | None  # [(H + 2·KVH)·D, hidden]: a view of q, k, v's weights where they lie back to back
+    qkv_b: torch.Tensor | None  # [(H + 2·KVH)·D] (small: a copy)
     o_w: torch.Tensor
     o_b: torch.Tensor | None
     sinks: torch.Tensor  # [H]; all -inf for a sink-less engine
-    mlp: GptOssMLP  # its router module routes (and records routing); its experts give limit and alpha
-    dense: DenseExperts
-    split: SplitExperts
+    mlp: GptOssMLP  # its router module routes (and records routing); its experts are read as they are
     sliding: bool
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """q/k/v of ``x`` ``[..., hidden]`` → ``[..., (H + 2·KVH)·D]``: one GEMM over the fused view, else three."""
+        if self.qkv_w is not None:
+            return F.linear(x, self.qkv_w, self.qkv_b)
+        return torch.cat([F.linear(x, w, b) for w, b in self.proj], dim=-1)
 
 
 class LeanForward:
@@ -141,7 +131,12 @@ class LeanForward:
         self.head_dim = cfg.head_dim
         self.window = int(cfg.sliding_window or max_seq_len)
         dtype, self.device = model.lm_head.weight.dtype, model.lm_head.weight.device
-        self.cache = KVCache(len(self.layers), max_batch, self.kv_heads, max_seq_len, self.head_dim, dtype, self.device)
+        kinds = cfg.layer_types
+        assert kinds is not None  # GptOssConfig fills it in when the config leaves it out
+        sliding = [kind == "sliding_attention" for kind in kinds]
+        self.cache = KVCache(
+            sliding, max_batch, self.kv_heads, max_seq_len, self.head_dim, self.window, dtype, self.device
+        )
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._arange = torch.arange(max_seq_len, device=self.device)
         self._layers: list[_Layer] = []
@@ -157,21 +152,20 @@ class LeanForward:
         assert kinds is not None  # GptOssConfig fills it in when the config leaves it out
         for layer, kind in zip(self.layers, kinds, strict=True):
             att, mlp = layer.self_attn, layer.mlp
-            biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
-            split = SplitExperts.of(mlp.experts)
+            projections = (att.q_proj, att.k_proj, att.v_proj)
+            biases = [p.bias for p in projections]
             self._layers.append(
                 _Layer(
                     norm_w=layer.input_layernorm.weight.detach().float(),
                     post_w=layer.post_attention_layernorm.weight.detach().float(),
                     eps=layer.input_layernorm.variance_epsilon,
-                    qkv_w=torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach(),
+                    proj=tuple((p.weight.detach(), None if p.bias is None else p.bias.detach()) for p in projections),
+                    qkv_w=_adjacent([p.weight.detach() for p in projections]),
                     qkv_b=None if biases[0] is None else torch.cat(biases).detach(),
                     o_w=att.o_proj.weight.detach(),
                     o_b=None if att.o_proj.bias is None else att.o_proj.bias.detach(),
                     sinks=att.sinks.detach() if self.use_sinks else torch.full_like(att.sinks, float("-inf")),
                     mlp=mlp,
-                    dense=DenseExperts.of(mlp.experts, split),
-                    split=split,
                     sliding=kind == "sliding_attention",
                 )
             )
@@ -180,6 +174,14 @@ class LeanForward:
     def specs(self) -> list[_Layer]:
         """Each decoder layer's weights as the engine reads them (rebuilt by :meth:`refresh`)."""
         return self._layers
+
+    def derived(self) -> list[torch.Tensor]:
+        """Every tensor this forward holds besides the model's and the cache (some are the model's own, e.g. an
+        fp32 norm weight's ``.float()``; callers count storages): norms, biases, sinks, RoPE tables."""
+        out = [self._final_norm[0], *(self._rope or ())]
+        for spec in self._layers:
+            out += [spec.norm_w, spec.post_w, spec.sinks, *([] if spec.qkv_b is None else [spec.qkv_b])]
+        return out
 
     @property
     def final_norm(self) -> tuple[torch.Tensor, float]:
@@ -192,21 +194,17 @@ class LeanForward:
         """Normed hidden ``x`` ``[B, T, hidden]`` → roped q ``[B, H, T, D]``, roped k and v ``[B, KVH, T, D]``."""
         b, t, _ = x.shape
         layer = self._layers[i]
-        qkv = F.linear(x, layer.qkv_w, layer.qkv_b).view(b, t, -1, self.head_dim).transpose(1, 2)
+        qkv = layer.project(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         qk = _rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # one rotation for q and k together
         return qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :]
 
     def _block_tail(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Output projection, residual, then the MoE on ``[B, T, hidden]``: :func:`dense_moe` for few tokens,
-        :func:`sparse_moe` for many."""
+        """Output projection, residual, then the MoE (:func:`routed_moe`) on ``[B, T, hidden]``."""
         layer = self._layers[i]
         b, _, t, _ = attn.shape
         x = x + F.linear(attn.transpose(1, 2).reshape(b, t, -1), layer.o_w, layer.o_b)
         normed = _rms(x, layer.post_w, layer.eps)
-        flat = normed.view(b * t, -1)
-        if b * t <= DENSE_MAX_TOKENS:
-            return x + dense_moe(layer.mlp, layer.dense, flat).view(b, t, -1)
-        return x + sparse_moe(layer.mlp, layer.split, flat).view(b, t, -1)
+        return x + routed_moe(layer.mlp, normed.view(b * t, -1)).view(b, t, -1)
 
     def _rope_tables(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Doubled cos/sin ``[B, 1, T, D]`` (see :func:`_rope`) at per-row positions ``[B, T]``, looked up in a
@@ -260,10 +258,11 @@ class LeanForward:
         The last layer needs keys/values for every position but attention + MoE only at that last token
         per row, so it runs them on ``[n, 1]`` queries (exact; saves ~1/L of the prefill FLOPs).
 
-        When every row starts alike, one ``[1, 1, T, S]`` mask serves all rows and keys come straight from the
-        projection. Otherwise (*ragged*: rows continuing different cached conversations) each row gets its own
-        mask over keys gathered from its slot, only real tokens are written to the cache, and padded queries
-        compute garbage that is never read.
+        When every row starts at 0, one ``[1, 1, T, T]`` mask serves all rows and keys come straight from the
+        projection. Otherwise (a cached prefix, or *ragged*: rows continuing different cached conversations) each
+        row gets its own mask over keys read from its slot (a sliding layer: the ring's history before the tail,
+        then the tail's own keys), only real tokens are written to the cache, and padded queries compute garbage
+        that is never read.
         """
         n, t = tokens.shape
         start_t = torch.as_tensor(starts, device=self.device).expand(n)
@@ -271,36 +270,62 @@ class LeanForward:
         start = int(start_t[0])
         rows, last = torch.arange(n, device=self.device), lengths - 1
         x = self.model.model.embed_tokens(tokens)
+        pos = start_t[:, None] + self._arange[:t]  # [n, T]
+        real_r, real_t = (self._arange[:t] < lengths[:, None]).nonzero(as_tuple=True)
+        # a ring takes each row's last W real positions only: padding would overwrite real keys, and more than W
+        # positions would put two in one entry
+        recent = real_t >= lengths[real_r] - self.window
+        ring_r, ring_t = real_r[recent], real_t[recent]
         if ragged:
-            pos = start_t[:, None] + self._arange[:t]  # [n, T]
             span = int((start_t + lengths).max())
-            real_r, real_t = (self._arange[:t] < lengths[:, None]).nonzero(as_tuple=True)
-            write_slots, write_pos = slots[real_r], pos[real_r, real_t]
             masks = self._row_masks(pos, span, x.dtype)
             cos, sin = self._rope_tables(x, pos.clamp(max=self._arange.shape[0] - 1))
         else:
             span = start + t
             masks = self._prompt_masks(start, t, x.dtype)
             cos, sin = self._rope_tables(x, self._arange[start:span].expand(n, t))
+        history = start > 0 or ragged
+        ring_keys = ring_mask = None
+        if history and any(self.cache.ring(i) for i in range(len(self._layers))):
+            # positions of a ring layer's keys: its history (W - 1 before the tail), then the tail
+            ring_keys = torch.cat([start_t[:, None] - self.window + 1 + self._arange[: self.window - 1], pos], dim=1)
+            ring_mask = self._window_mask(pos, ring_keys, x.dtype)
         for i, spec in enumerate(self._layers):
             q, k, v = self._qkv(i, _rms(x, spec.norm_w, spec.eps), cos, sin)
-            if ragged:
-                self.cache.k[i, write_slots, :, write_pos] = k[real_r, :, real_t]
-                self.cache.v[i, write_slots, :, write_pos] = v[real_r, :, real_t]
-            else:
-                self.cache.k[i, slots, :, start:span] = k
-                self.cache.v[i, slots, :, start:span] = v
-            if start or ragged:
-                k, v = self.cache.k[i, slots, :, :span], self.cache.v[i, slots, :, :span]
+            ring = self.cache.ring(i)
+            if ring and history:
+                past_k, past_v = self.cache.history(i, slots, start_t)  # before this tail's writes overwrite them
+            if ragged or ring:
+                at_r, at_t = (ring_r, ring_t) if ring else (real_r, real_t)
+                self.cache.write(i, slots[at_r], pos[at_r, at_t], k[at_r, :, at_t], v[at_r, :, at_t])
+            else:  # padded positions too: each is written again (by decode) before any query reads it
+                self.cache.write_span(i, slots, start, k, v)
+            mask = masks[spec.sliding]
+            if ring and history:
+                assert ring_keys is not None and ring_mask is not None
+                k, v, mask = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2), ring_mask
+            elif history:
+                k, v = self.cache.k[i][slots, :, :span], self.cache.v[i][slots, :, :span]
             if i == len(self._layers) - 1:
                 q, x = q[rows, :, last][:, :, None], x[rows, last][:, None]  # [n, H, 1, D], [n, 1, hid]
-                masks = self._row_masks(start_t + last, span, x.dtype)
-            attn = sink_attention(q, k, v, spec.sinks, masks[spec.sliding])
+                if ring and history:
+                    assert ring_keys is not None
+                    mask = self._window_mask((start_t + last)[:, None], ring_keys, x.dtype)
+                else:
+                    mask = self._row_masks(start_t + last, span, x.dtype)[spec.sliding]
+            attn = sink_attention(q, k, v, spec.sinks, mask)
             x = self._block_tail(i, x, attn)
         return self._logits(x[:, 0])
 
-    def prefix(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[layers, kv_heads, P, head_dim]`` (each) of one token prefix ``[P]``.
+    def _window_mask(self, queries: torch.Tensor, keys: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Additive sliding-window mask ``[n, 1, Tq, S]`` for per-row query positions ``[n, Tq]`` over per-row key
+        positions ``[n, S]``: a key is seen when it is at 0 or later, not in the future and within the window."""
+        dist = queries[:, :, None] - keys[:, None, :]
+        allowed = (keys[:, None, :] >= 0) & (dist >= 0) & (dist < self.window)
+        return _additive(allowed, dtype)[:, None]
+
+    def prefix(self, tokens: torch.Tensor) -> KVSnapshot:
+        """Keys and values of one token prefix ``[P]``.
 
         Computed once and copied into every slot whose prompt starts with it (:meth:`load_prefix`), so an
         environment's shared system + developer messages are not recomputed for each episode.
@@ -312,32 +337,30 @@ class LeanForward:
         keys, values = [], []
         for i, spec in enumerate(self._layers):
             q, k, v = self._qkv(i, _rms(x, spec.norm_w, spec.eps), cos, sin)
-            keys.append(k[0])
-            values.append(v[0])
+            keep = min(t, self.cache.caps[i])  # a ring layer: its last W positions
+            keys.append(k[0, :, t - keep :].clone())
+            values.append(v[0, :, t - keep :].clone())
             if i < len(self._layers) - 1:  # the last layer's output is never read
                 x = self._block_tail(i, x, sink_attention(q, k, v, spec.sinks, masks[spec.sliding]))
-        return torch.stack(keys), torch.stack(values)
+        return KVSnapshot(tuple(keys), tuple(values), t)
 
-    def load_prefix(self, kv: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor) -> None:
-        """Copy cached keys and values ``[layers, kv_heads, P, head_dim]`` (a :meth:`prefix` result, or a finished
-        conversation's) into positions ``0 .. P-1`` of cache ``slots`` ``[n]``."""
-        k, v = kv
-        p = k.shape[2]
-        self.cache.k[:, slots, :, :p] = k[:, None]
-        self.cache.v[:, slots, :, :p] = v[:, None]
+    def load_prefix(self, snap: KVSnapshot, slots: torch.Tensor) -> None:
+        """Copy cached keys and values (a :meth:`prefix` result, or a finished conversation's) into positions
+        ``0 .. length-1`` of cache ``slots`` ``[n]``."""
+        self.cache.load(snap, slots)
 
     def move(self, src: int, dst: int, positions: int) -> None:
         """Copy cache slot ``src``'s keys/values at positions ``0 .. positions-1`` into slot ``dst``."""
-        self.cache.k[:, dst, :, :positions] = self.cache.k[:, src, :, :positions]
-        self.cache.v[:, dst, :, :positions] = self.cache.v[:, src, :, :positions]
+        self.cache.move(src, dst, positions)
 
     def decode(self, tokens: torch.Tensor, positions: list[int], slots: list[int]) -> torch.Tensor:
         """One token per row: ids ``[B]`` at host ``positions`` into cache ``slots`` (both length ``B``).
 
-        Returns fp32 logits ``[B, V]`` for the next position of each row. Keys are read over
-        ``[start, max(pos)]``: ``start = 0`` on full layers and ``min(pos) - window + 1`` on sliding ones
-        (no row sees further back), so sliding layers cost O(window), not O(length). When the slots are one
-        contiguous run (the usual case: slots are handed out lowest-first) keys are a view, not a gather.
+        Returns fp32 logits ``[B, V]`` for the next position of each row. Keys are read over ``[0, max(pos)]`` on
+        full layers and over the ring's ``W`` entries on sliding ones (in ring order: entry ``j`` holds position
+        ``pos - ((pos - j) mod W)``, masked while that is negative), so sliding layers cost O(window), not
+        O(length). When the slots are one contiguous run (the usual case: slots are handed out lowest-first) keys
+        are a view, not a gather.
         """
         b, span = tokens.shape[0], max(positions) + 1
         heads, kv = self.heads, self.kv_heads
@@ -345,22 +368,40 @@ class LeanForward:
         x = F.embedding(tokens, self.model.model.embed_tokens.weight)  # [B, hidden]
         cos, sin = self._rope_tables(x, pos)  # [B, 1, D]
         masks = self._row_masks(pos, span, x.dtype)
-        starts = {False: 0, True: max(0, min(positions) - self.window + 1)}
+        ring_mask = None
         lo = slots[0]
         rows: slice | torch.Tensor = slice(lo, lo + b) if slots == list(range(lo, lo + b)) else slot_t
         for i, layer in enumerate(self._layers):
-            qkv = F.linear(_rms(x, layer.norm_w, layer.eps), layer.qkv_w, layer.qkv_b).view(b, -1, self.head_dim)
+            qkv = layer.project(_rms(x, layer.norm_w, layer.eps)).view(b, -1, self.head_dim)
             qk = _rope(qkv[:, : heads + kv], cos, sin)  # [B, H + KVH, D]
+            self.cache.write(i, slot_t, pos, qk[:, heads:], qkv[:, heads + kv :])
             ck, cv = self.cache.k[i], self.cache.v[i]
-            ck[slot_t, :, pos] = qk[:, heads:]
-            cv[slot_t, :, pos] = qkv[:, heads + kv :]
-            start = starts[layer.sliding]
-            keys, values = ck[rows, :, start:span], cv[rows, :, start:span]
-            mask = masks[layer.sliding][..., start:]
+            if self.cache.ring(i):
+                if ring_mask is None:
+                    entry = self._arange[: self.window]
+                    held = pos[:, None] - (pos[:, None] - entry) % self.window  # [B, W]: position each entry holds
+                    ring_mask = _additive(held >= 0, x.dtype)[:, None, None]
+                keys, values, mask = ck[rows], cv[rows], ring_mask
+            else:
+                keys, values, mask = ck[rows, :, :span], cv[rows, :, :span], masks[layer.sliding]
             attn = sink_attention(qk[:, :heads, None], keys, values, layer.sinks, mask)  # [B, H, 1, D]
             x = x + F.linear(attn.view(b, -1), layer.o_w, layer.o_b)
-            x = x + dense_moe(layer.mlp, layer.dense, _rms(x, layer.post_w, layer.eps))
+            x = x + routed_moe(layer.mlp, _rms(x, layer.post_w, layer.eps))
         return self._logits(x)
+
+
+def _adjacent(weights: list[torch.Tensor]) -> torch.Tensor | None:
+    """One ``[sum of rows, in]`` view of 2-D weights that lie back to back in one storage, contiguous and in order
+    (an engine that owns its weights lays q, k, v out so), or None."""
+    first = weights[0]
+    if first.device.type == "meta" or not all(w.is_contiguous() for w in weights):
+        return None
+    storage, offset = first.untyped_storage().data_ptr(), first.storage_offset()
+    for w in weights:
+        if w.untyped_storage().data_ptr() != storage or w.storage_offset() != offset or w.shape[1] != first.shape[1]:
+            return None
+        offset += w.numel()
+    return first.as_strided((sum(w.shape[0] for w in weights), first.shape[1]), (first.shape[1], 1))
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,8 +1,11 @@
 """The compiled decode step (``engine/csrc/decode.c``), bound with ctypes.
 
 :class:`NativeDecode` owns input-major copies of one :class:`~harmonyrl.engine.local.forward.LeanForward`'s weights
-(``[in, out]``, what the C GEMMs read) and the C structs that point at them and at the engine's KV cache;
-:meth:`NativeDecode.refresh` rebuilds both after a weight sync. A step is one C call: no Python per layer.
+(``[in, out]`` in 16-column panels, what the C GEMMs read; the experts' gate/up columns de-interleaved) and the C
+structs that point at them and at the engine's KV cache (per layer, with its capacity: a sliding layer's ring holds
+its window only); :meth:`NativeDecode.refresh` rebuilds both after a weight sync. A step is one C call: no Python
+per layer. The panels are a second full copy of the weights (:attr:`NativeDecode.nbytes`); that is the price of
+the C step's speed on a CPU, where the engine runs in fp32 beside an fp32 trainer; a GPU engine has no panels.
 
 When it applies (:func:`native_unsupported` says why not otherwise): the extension was built (``pip install``
 compiles it; ``optional``, so a machine without a C compiler installs harmonyrl anyway), the engine runs in
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from harmonyrl.engine.local.forward import LeanForward
+    from harmonyrl.engine.local.forward import _Layer as _Spec
 
 KernelChoice = Literal["auto", "native", "torch"]
 """The engine's decode step: compiled, eager torch, or compiled where it can run (``rollout.engine.kernel``)."""
@@ -45,6 +49,7 @@ class _Layer(ctypes.Structure):
         *((name, _F) for name in ("norm_w", "post_w", "qkv_w", "qkv_b", "o_w", "o_b", "sinks", "router_w")),
         *((name, _F) for name in ("router_b", "w1", "b1", "w2", "b2", "k_cache", "v_cache")),
         ("window", ctypes.c_int64),
+        ("cap", ctypes.c_int64),
     ]
 
 
@@ -169,6 +174,9 @@ class NativeDecode:
         def weight(w: torch.Tensor) -> ctypes._Pointer[ctypes.c_float] | None:
             return own(pack(w.detach().float()))
 
+        def qkv(spec: _Spec) -> torch.Tensor:
+            return spec.qkv_w if spec.qkv_w is not None else torch.cat([w for w, _ in spec.proj])
+
         def bias(b: torch.Tensor | None) -> ctypes._Pointer[ctypes.c_float] | None:
             return None if b is None else own(F.pad(b.detach().float(), (0, -b.shape[-1] % PANEL)))
 
@@ -176,27 +184,36 @@ class NativeDecode:
             experts, router = spec.mlp.experts, spec.mlp.router
             layer = self._layers[i]
             layer.norm_w, layer.post_w = own(spec.norm_w), own(spec.post_w)
-            layer.qkv_w, layer.qkv_b = weight(spec.qkv_w.t()), bias(spec.qkv_b)
+            layer.qkv_w, layer.qkv_b = weight(qkv(spec).t()), bias(spec.qkv_b)
             layer.o_w, layer.o_b = weight(spec.o_w.t()), bias(spec.o_b)
             layer.sinks = own(spec.sinks)
             layer.router_w, layer.router_b = weight(router.weight.t()), bias(router.bias)
-            layer.w1, layer.b1 = weight(spec.split.w1), bias(spec.split.b1)
+            two_i = experts.gate_up_proj.shape[2]  # HF interleaves gate (even) and up (odd) columns; C wants halves
+            order = torch.cat([torch.arange(0, two_i, 2), torch.arange(1, two_i, 2)]).to(experts.gate_up_proj.device)
+            layer.w1 = weight(experts.gate_up_proj.detach()[:, :, order])
+            layer.b1 = bias(experts.gate_up_proj_bias.detach()[:, order])
             layer.w2, layer.b2 = weight(experts.down_proj), bias(experts.down_proj_bias)
             layer.k_cache, layer.v_cache = _f(fwd.cache.k[i]), _f(fwd.cache.v[i])
             layer.window = fwd.window if spec.sliding else 0
+            layer.cap = fwd.cache.caps[i]
             assert hf.mlp is spec.mlp
         probe = fwd.model.lm_head.weight
         cos2, sin2 = fwd.rope_table(probe)
         m, experts = self._model, fwd.specs[0].mlp.experts
         m.hidden, m.heads, m.kv_heads, m.head_dim = cfg.hidden_size, fwd.heads, fwd.kv_heads, fwd.head_dim
         m.experts, m.top_k, m.inter = cfg.num_local_experts, cfg.num_experts_per_tok, experts.down_proj.shape[1]
-        m.vocab, m.layers, m.max_seq = cfg.vocab_size, len(fwd.layers), fwd.cache.k.shape[3]
+        m.vocab, m.layers, m.max_seq = cfg.vocab_size, len(fwd.layers), fwd.cache.max_seq_len
         (final_w, eps), alpha, limit = fwd.final_norm, float(experts.alpha), float(experts.limit)
         m.eps, m.alpha, m.limit = eps, alpha, limit
         m.embed, m.final_w = own(fwd.model.model.embed_tokens.weight), own(final_w)
         m.lm_w, m.cos2, m.sin2 = weight(fwd.model.lm_head.weight.t()), own(cos2), own(sin2)
         m.layer = self._layers
         self._keep = keep
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the panels and other copies the C structs point into (the KV cache is the engine's)."""
+        return sum(t.nbytes for t in self._keep)
 
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, record: bool

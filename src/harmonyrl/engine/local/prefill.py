@@ -56,7 +56,7 @@ class Prefill:
             if hit is not None:
                 by_prefix.setdefault(hit[0], (hit[1], []))[1].append(i)
         for prefix, (entry, idx) in by_prefix.items():
-            self.fwd.load_prefix((entry.keys, entry.values), slots[idx])
+            self.fwd.load_prefix(entry.kv, slots[idx])
             if self.routing is not None and entry.routing is not None:
                 self.routing.load_prefix(entry.routing, slots[idx])
             self.stats.prefix_tokens_reused += len(prefix) * len(idx)
@@ -77,12 +77,11 @@ class Prefill:
         if self.native is not None:  # fed into the first such prompt's slot, then copied from there
             slot = slot_list[fresh[0]]
             self._feed_native(self.native, [list(common)], [slot], [0], logits=False)  # keys and values only
-            keys, values = self.fwd.cache.k[:, slot, :, : len(common)], self.fwd.cache.v[:, slot, :, : len(common)]
             routing = self.routing.read(slot, len(common)) if self.routing is not None else None
-            entry = CachedPrefix(keys.clone(), values.clone(), routing)
+            entry = CachedPrefix(self.fwd.cache.snapshot(slot, len(common)), routing)
         else:
-            keys, values = self.fwd.prefix(torch.tensor(common, device=self.fwd.device))
-            entry = CachedPrefix(keys, values, self.routing.after_prefix(len(common)) if self.routing else None)
+            kv = self.fwd.prefix(torch.tensor(common, device=self.fwd.device))
+            entry = CachedPrefix(kv, self.routing.after_prefix(len(common)) if self.routing else None)
         self.prefixes.put(common, entry)
         return [(common, entry) if i in fresh else hit for i, hit in enumerate(found)]
 

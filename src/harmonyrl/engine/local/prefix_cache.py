@@ -11,7 +11,8 @@ Two kinds of entries share one least-recently-used store with a byte budget:
 
 An entry's keys/values are those the engine computed, prefill or decode path alike; both agree with the
 trainer's forward to fp32 rounding (tested), and the entry carries the routing that produced them, so routing
-replay stays consistent with the cache.
+replay stays consistent with the cache. Sliding-window layers keep only the last ``W`` positions of an entry
+(:class:`~harmonyrl.engine.local.kv_cache.KVSnapshot`): a continuation cannot read further back.
 
 Also here: which head new prompts share (:func:`common_prefix`) and how rows whose tails start at different
 positions are grouped into prefill calls (:func:`prefill_groups`).
@@ -25,20 +26,21 @@ from dataclasses import dataclass
 
 import torch
 
+from harmonyrl.engine.local.kv_cache import KVSnapshot
+
 
 @dataclass(frozen=True)
 class CachedPrefix:
-    """``keys`` / ``values`` ``[layers, kv_heads, P, head_dim]`` of a ``P``-token prefix; ``routing``
-    ``[P, layers, k]`` expert ids (None when the engine does not record routing)."""
+    """Keys and values of a ``P``-token prefix (:class:`KVSnapshot`); ``routing`` ``[P, layers, k]`` expert ids
+    (None when the engine does not record routing)."""
 
-    keys: torch.Tensor
-    values: torch.Tensor
+    kv: KVSnapshot
     routing: torch.Tensor | None
 
     @property
     def nbytes(self) -> int:
         extra = self.routing.nbytes if self.routing is not None else 0
-        return self.keys.nbytes + self.values.nbytes + extra
+        return self.kv.nbytes + extra
 
 
 class PrefixCache:

@@ -129,35 +129,39 @@ INLINE v8 hsum8(const v8 *a) {
     return __builtin_shuffle(c[0], c[1], lo4) + __builtin_shuffle(c[0], c[1], hi4);
 }
 
-/* q . k * scale for keys lo..hi (rows of d floats) into sc[0 .. hi-lo]; DC = d / 8 chunks (a constant). */
-INLINE void scores_dc(const float *q, const float *keys, int64_t lo, int64_t n, float scale, float *sc, const int DC) {
+/* Row of the s-th key read from entry lo (0 <= lo < cap) of a cache of cap entries: a ring wraps to its start. */
+INLINE int64_t ring_at(int64_t lo, int64_t s, int64_t cap) { return lo + s < cap ? lo + s : lo + s - cap; }
+
+/* q . k * scale for n keys from entry lo (rows of d floats, in position order) into sc[0 .. n-1]; DC = d / 8. */
+INLINE void scores_dc(const float *q, const float *keys, int64_t lo, int64_t n, int64_t cap, float scale, float *sc,
+                      const int DC) {
     v8 qv[8];
     for (int c = 0; c < DC; c++) qv[c] = vload(q + 8 * c);
     int64_t s = 0;
     for (; s + 8 <= n; s += 8) {
         v8 acc[8];
         for (int j = 0; j < 8; j++) {
-            const float *k = keys + (lo + s + j) * 8 * DC;
+            const float *k = keys + ring_at(lo, s + j, cap) * 8 * DC;
             acc[j] = qv[0] * vload(k);
             for (int c = 1; c < DC; c++) acc[j] += qv[c] * vload(k + 8 * c);
         }
         vstore(sc + s, hsum8(acc) * splat(scale));
     }
     for (; s < n; s++) {
-        const float *k = keys + (lo + s) * 8 * DC;
+        const float *k = keys + ring_at(lo, s, cap) * 8 * DC;
         v8 acc = qv[0] * vload(k);
         for (int c = 1; c < DC; c++) acc += qv[c] * vload(k + 8 * c);
         sc[s] = hsum(acc) * scale;
     }
 }
 
-/* out[0:d] = sum_s p[s] v[lo + s]; two keys per iteration so 2 * DC accumulator chains run independently. */
-INLINE void mix_dc(const float *p, const float *values, int64_t lo, int64_t n, float *out, const int DC) {
+/* out[0:d] = sum_s p[s] v[ring_at(lo, s)]; two keys per iteration so 2 * DC accumulator chains run independently. */
+INLINE void mix_dc(const float *p, const float *values, int64_t lo, int64_t n, int64_t cap, float *out, const int DC) {
     v8 a[8], b[8];
     for (int c = 0; c < DC; c++) a[c] = b[c] = splat(0.0f);
     int64_t s = 0;
     for (; s + 2 <= n; s += 2) {
-        const float *v0 = values + (lo + s) * 8 * DC, *v1 = v0 + 8 * DC;
+        const float *v0 = values + ring_at(lo, s, cap) * 8 * DC, *v1 = values + ring_at(lo, s + 1, cap) * 8 * DC;
         v8 p0 = splat(p[s]), p1 = splat(p[s + 1]);
         for (int c = 0; c < DC; c++) {
             a[c] += p0 * vload(v0 + 8 * c);
@@ -165,7 +169,7 @@ INLINE void mix_dc(const float *p, const float *values, int64_t lo, int64_t n, f
         }
     }
     if (s < n)
-        for (int c = 0; c < DC; c++) a[c] += splat(p[s]) * vload(values + (lo + s) * 8 * DC + 8 * c);
+        for (int c = 0; c < DC; c++) a[c] += splat(p[s]) * vload(values + ring_at(lo, s, cap) * 8 * DC + 8 * c);
     for (int c = 0; c < DC; c++) vstore(out + 8 * c, a[c] + b[c]);
 }
 
@@ -189,26 +193,26 @@ INLINE void sink_softmax(float *sc, int64_t n, float sink) {
     for (s = 0; s < n; s++) sc[s] *= inv;
 }
 
-/* Attention of the G query heads sharing one KV head, over keys lo..hi (inclusive) of that head's cache:
- * q [G, D] -> out [G, D]; sc: scratch of hi - lo + 1 floats. HF eager_attention_forward with sinks. */
-INLINE void attend_dc(const float *q, int64_t g_heads, const float *keys, const float *values, int64_t lo, int64_t hi,
-                      const float *sinks, float *sc, float *out, const int DC) {
-    int64_t n = hi - lo + 1;
+/* Attention of the G query heads sharing one KV head, over n keys of that head's cache of cap entries, in position
+ * order from entry lo (a ring wraps): q [G, D] -> out [G, D]; sc: scratch of n floats. HF eager_attention_forward
+ * with sinks. */
+INLINE void attend_dc(const float *q, int64_t g_heads, const float *keys, const float *values, int64_t lo, int64_t n,
+                      int64_t cap, const float *sinks, float *sc, float *out, const int DC) {
     float scale = 1.0f / sqrtf((float)(8 * DC));
     for (int64_t g = 0; g < g_heads; g++) {
-        scores_dc(q + g * 8 * DC, keys, lo, n, scale, sc, DC);
+        scores_dc(q + g * 8 * DC, keys, lo, n, cap, scale, sc, DC);
         sink_softmax(sc, n, sinks[g]);
-        mix_dc(sc, values, lo, n, out + g * 8 * DC, DC);
+        mix_dc(sc, values, lo, n, cap, out + g * 8 * DC, DC);
     }
 }
 
 INLINE void attend(const float *q, int64_t g_heads, int64_t d, const float *keys, const float *values, int64_t lo,
-                   int64_t hi, const float *sinks, float *sc, float *out) {
+                   int64_t n, int64_t cap, const float *sinks, float *sc, float *out) {
     switch (d) { /* constant chunk counts keep q and the accumulators in registers */
-    case 8: attend_dc(q, g_heads, keys, values, lo, hi, sinks, sc, out, 1); break;
-    case 16: attend_dc(q, g_heads, keys, values, lo, hi, sinks, sc, out, 2); break;
-    case 32: attend_dc(q, g_heads, keys, values, lo, hi, sinks, sc, out, 4); break;
-    case 64: attend_dc(q, g_heads, keys, values, lo, hi, sinks, sc, out, 8); break;
+    case 8: attend_dc(q, g_heads, keys, values, lo, n, cap, sinks, sc, out, 1); break;
+    case 16: attend_dc(q, g_heads, keys, values, lo, n, cap, sinks, sc, out, 2); break;
+    case 32: attend_dc(q, g_heads, keys, values, lo, n, cap, sinks, sc, out, 4); break;
+    case 64: attend_dc(q, g_heads, keys, values, lo, n, cap, sinks, sc, out, 8); break;
     default: break; /* unreachable: native.py admits head_dim in {8, 16, 32, 64} only */
     }
 }
@@ -266,10 +270,11 @@ void ROWS_FN(const hrl_model *m, int64_t n, const int64_t *tok, const int64_t *p
             int64_t p = pos[r];
             rope(qkv, H + KVH, D, m->cos2 + p * D, m->sin2 + p * D); /* q and k heads, adjacent */
             int64_t lo = ly->window > 0 && p - ly->window + 1 > 0 ? p - ly->window + 1 : 0;
+            const int64_t cap = ly->cap; /* a sliding layer's ring: position p at p % cap, never more than it keeps */
             for (int64_t kv = 0; kv < KVH; kv++) {
-                int64_t base = (slot[r] * KVH + kv) * m->max_seq * D;
-                memcpy(ly->k_cache + base + p * D, qkv + (H + kv) * D, D * sizeof(float));
-                memcpy(ly->v_cache + base + p * D, qkv + (H + KVH + kv) * D, D * sizeof(float));
+                int64_t base = (slot[r] * KVH + kv) * cap * D;
+                memcpy(ly->k_cache + base + p % cap * D, qkv + (H + kv) * D, D * sizeof(float));
+                memcpy(ly->v_cache + base + p % cap * D, qkv + (H + KVH + kv) * D, D * sizeof(float));
             }
             if (cut && emit[r] < 0) continue;
             int64_t j = cut ? kept : r;
@@ -277,9 +282,9 @@ void ROWS_FN(const hrl_model *m, int64_t n, const int64_t *tok, const int64_t *p
             keep[j] = r;
             kept++;
             for (int64_t kv = 0; kv < KVH; kv++) {
-                int64_t base = (slot[r] * KVH + kv) * m->max_seq * D;
-                attend(qkv + kv * G * D, G, D, ly->k_cache + base, ly->v_cache + base, lo, p, ly->sinks + kv * G,
-                       s->scores, s->att + j * H * D + kv * G * D);
+                int64_t base = (slot[r] * KVH + kv) * cap * D;
+                attend(qkv + kv * G * D, G, D, ly->k_cache + base, ly->v_cache + base, lo % cap, p - lo + 1, cap,
+                       ly->sinks + kv * G, s->scores, s->att + j * H * D + kv * G * D);
             }
         }
         const int64_t nl = kept; /* == n except in a prefill's last layer */

@@ -12,8 +12,9 @@ typedef struct {
     const float *router_w, *router_b; /* [hidden, E], [E] */
     const float *w1, *b1;             /* E x [hidden, 2I] gate columns then up columns, E x [2I] */
     const float *w2, *b2;             /* E x [I, hidden], E x [hidden] */
-    float *k_cache, *v_cache;         /* [slots, KVH, max_seq, D] */
+    float *k_cache, *v_cache;         /* [slots, KVH, cap, D]; position p at p % cap */
     int64_t window;                   /* sliding layers keep keys in (pos - window, pos]; 0: full attention */
+    int64_t cap;                      /* positions kept per slot: max_seq, or a sliding layer's ring (its window) */
 } hrl_layer;
 
 typedef struct {
