@@ -86,7 +86,11 @@ def safe_text(value: object) -> str:
         return bytes(value).decode("utf-8", errors="replace")
     if not isinstance(value, str):
         # Structured results are shown as JSON with default separators, matching what the model writes.
-        value = json.dumps(pydantic_core.to_jsonable_python(value, fallback=repr), ensure_ascii=False)
+        try:
+            jsonable = pydantic_core.to_jsonable_python(value, fallback=repr)
+        except UnicodeDecodeError:  # bytes inside that are not UTF-8 text: shown as base64, JSON's form for binary
+            jsonable = pydantic_core.to_jsonable_python(value, fallback=repr, bytes_mode="base64")
+        value = json.dumps(jsonable, ensure_ascii=False)
     # Lone surrogates (e.g. from os.fsdecode of bad bytes) are legal in str but not encodable as UTF-8.
     return value.encode("utf-8", errors="replace").decode("utf-8")
 
@@ -225,7 +229,7 @@ class Tool:
         start = time.perf_counter()
         try:
             raw = json.loads(arguments_json)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, or an int past 4300 digits
             return ToolOutcome("invalid_json", error_text(f"arguments are not valid JSON: {e}"))
         if not isinstance(raw, dict):
             return ToolOutcome("invalid_arguments", error_text("arguments must be a JSON object"))

@@ -129,6 +129,10 @@ def run_query(db: Shop, sql: str, timeout_s: float = 1.0, max_rows: int = 50) ->
     head = sql[leading.end() if leading else 0 :].split(None, 1)
     if not head or head[0].upper().rstrip("(") not in ("SELECT", "WITH"):
         return error_text(f"{_READ_ONLY}; got {head[0][:20]!r}" if head else "empty query")
+    try:  # a lone surrogate (JSON's "\ud800") is a str SQLite cannot take: the model's error, not a tool crash
+        sql.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return error_text(f"the query is not valid text: {e.reason} at character {e.start}")
     conn = db.copy()
     deadline, stopped = time.monotonic() + timeout_s, [False]
 
