@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.envs.taskfile import TaskFileError, TooFewProblems
@@ -44,5 +45,6 @@ sandboxed env, the user's own env or expert code failing): one line, no tracebac
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``error: message`` (one line, no markup read from it) and return the exit to raise."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, emoji=False)
+    # escaped: a message quoting "[task-1 and 5 more tasks]" or a user's "[x]" is text, not a style tag to drop
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, emoji=False)
     return typer.Exit(code=code)

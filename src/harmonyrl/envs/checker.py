@@ -3,6 +3,8 @@
 It drives a few episodes with scripted actions and reports what breaks the contract the rollout layer
 relies on, as a list of issues rather than the first exception, so one run shows everything:
 
+* protocol: the factory has ``name`` (a str), ``tasks(split)`` and ``make(task)``, and what ``make`` returns has
+  ``tools``, ``instructions``, ``reset``, ``step`` and ``close`` (checked first: without them nothing else can run);
 * splits: non-empty, ``Task.split`` matches, ids unique, no prompt shared by train and test;
 * determinism: a second factory from ``rebuild`` yields identical tasks;
 * API shape: ``reset`` returns messages, ``step`` returns a ``StepResult``, tools have object JSON schemas;
@@ -58,6 +60,51 @@ def dedupe(issues: Sequence[CheckIssue]) -> list[CheckIssue]:
         first = seen.get(key)
         seen[key] = issue if first is None else replace(first, also=first.also + 1)
     return list(seen.values())
+
+
+FACTORY_MEMBERS = ("name", "tasks", "make")
+"""What the :class:`~harmonyrl.envs.base.EnvFactory` protocol needs (``name`` a str, the others callables)."""
+ENV_MEMBERS = ("tools", "instructions", "reset", "step", "close")
+"""What the :class:`~harmonyrl.envs.base.Env` protocol needs (``reset``, ``step``, ``close`` callables)."""
+
+
+def _lacks(obj: object, members: Sequence[str], values: Sequence[str]) -> list[str]:
+    """Members of ``obj`` that are missing (or raise when read), or not callable where a method is needed;
+    ``values`` are the members that are plain values (``name`` must be a str)."""
+    missing = []
+    for member in members:
+        try:
+            found = getattr(obj, member)
+        except Exception:  # a user's property that raises: as good as missing, and said the same way
+            missing.append(member)
+            continue
+        wrong_name = member == "name" and not isinstance(found, str)
+        if wrong_name or (member not in values and not callable(found)):
+            missing.append(member)
+    return missing
+
+
+def protocol_issue(factory: object) -> CheckIssue | None:
+    """The rule ``factory`` breaks when it is not an :class:`~harmonyrl.envs.base.EnvFactory` at all (e.g. a
+    class with no methods, or a function that returns None), else None."""
+    missing = _lacks(factory, FACTORY_MEMBERS, ("name",))
+    if not missing:
+        return None
+    return CheckIssue(
+        "protocol",
+        f"the factory is a {type(factory).__name__}, which lacks {', '.join(missing)}: an EnvFactory needs "
+        "name (a str), tasks(split) and make(task) (docs/custom-env.md)",
+    )
+
+
+def _env_protocol(env: object) -> str | None:
+    missing = _lacks(env, ENV_MEMBERS, ("tools", "instructions"))
+    if not missing:
+        return None
+    return (
+        f"make(task) returned a {type(env).__name__}, which lacks {', '.join(missing)}: an Env needs tools, "
+        "instructions, and async reset(), step(action), close()"
+    )
 
 
 def _check_splits(factory: EnvFactory, rebuild: Callable[[], EnvFactory] | None) -> list[CheckIssue]:
@@ -156,6 +203,8 @@ async def _episode(
 
 async def _check_task(factory: EnvFactory, task: Task) -> list[CheckIssue]:
     env = factory.make(task)
+    if (problem := _env_protocol(env)) is not None:
+        return [CheckIssue("protocol", problem, task.id)]
     specs = [spec for spec in env.tools if isinstance(spec, ToolSpec)]
     warnings = [CheckIssue("tools", w, task.id, "warning") for spec in specs for w in _tool_warnings(spec)]
     # with a sync method every episode below would fail the same way: say why, once
@@ -193,6 +242,8 @@ async def acheck_env(
     factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
 ) -> list[CheckIssue]:
     """Async form of :func:`check_env`, for callers already inside an event loop."""
+    if (broken := protocol_issue(factory)) is not None:  # nothing else can be checked
+        return [broken]
     try:
         issues = _check_splits(factory, rebuild)
         tasks = list(factory.tasks("train"))[:n_tasks] + list(factory.tasks("test"))[:1]

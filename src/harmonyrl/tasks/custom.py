@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
 from harmonyrl.envs.base import Env, EnvFactory
-from harmonyrl.envs.checker import acheck_env, errors
+from harmonyrl.envs.checker import acheck_env, errors, protocol_issue
 from harmonyrl.envs.loader import TargetError, UserCodeError, load_callable, where_in_user_code
+from harmonyrl.envs.tools import ToolSchemaError
 from harmonyrl.types import Message, Task
 
 Expert = Callable[[Task, random.Random], list[Message]]
@@ -65,9 +66,13 @@ def custom_factory(target: str, kwargs: Mapping[str, object]) -> EnvFactory:
     _check_kwargs(make, kwargs, setting)
     try:
         factory = make(**kwargs)
+    except ToolSchemaError as e:  # check_env's rule for a tool the model cannot be shown, said as check-env says it
+        raise UserCodeError(f"{setting} fails check_env: tools: {e}") from None
     except Exception as e:
         raise UserCodeError(f"{setting}: building it raised {type(e).__name__}: {e}{where_in_user_code(e)}") from None
-    return cast(EnvFactory, factory)  # its shape is what check_env checks
+    if (broken := protocol_issue(factory)) is not None:  # before anything (HashOrdered, memory) reads it
+        raise UserCodeError(f"{setting} fails check_env: {broken}")
+    return cast(EnvFactory, factory)  # the rest of its contract is what check_env checks
 
 
 def _hash_key(task: Task) -> bytes:
