@@ -229,7 +229,7 @@ async def make_engine(
         return client, limits
     device = resolve_device(config.device)
     engine = LocalEngine(
-        merged_model(model),
+        model,  # LoRA adapters merged by the engine, which holds only the adapted tensors' merged copies
         max_batch=e.max_batch,
         max_seq_len=r.max_seq_len,
         dtype=_local_dtype(e),
@@ -237,6 +237,9 @@ async def make_engine(
         prefix_cache_mib=e.prefix_cache_mib,
         kernel=e.kernel if device.type == "cpu" else "torch",
         device=device,
+        # the trainer's own tensors where device and dtype agree, unless the async pipeline samples old versions
+        # while the trainer updates them (it replicates the engine as copies)
+        share_weights=not config.rl.async_.enabled,
     )
     return engine, limits
 

@@ -64,7 +64,7 @@ class EngineMemory:
     derived: int
     """What the forward derives from the weights: fp32 norm weights (a bf16 engine), q/k/v biases, RoPE tables."""
     panels: int
-    """The compiled step's weight panels (``kernel=native``, CPU fp32): a full input-major copy of every weight."""
+    """The compiled step's weight panels (``kernel=native``, CPU fp32): an input-major copy of every weight."""
     kv_cache: int
     routing: int
     prefix_cache: int
@@ -208,10 +208,12 @@ class LocalEngine:
         whose tensors a sharing engine uses): what the engine adds to the process."""
         model = [*self._model.parameters(), *self._model.buffers()]
         theirs = set() if beside is None else weights.storages([*beside.parameters(), *beside.buffers()])
+        derived = self._fwd.derived()
+        counted = theirs | weights.storages(model) | weights.storages(derived)
         return EngineMemory(
             weights=weights.tensor_bytes(model, theirs),
-            derived=weights.tensor_bytes(self._fwd.derived(), theirs | weights.storages(model)),
-            panels=0 if self._native is None else self._native.nbytes,
+            derived=weights.tensor_bytes(derived, theirs | weights.storages(model)),
+            panels=0 if self._native is None else weights.tensor_bytes(self._native.tensors, counted),
             kv_cache=self._fwd.cache.nbytes,
             routing=0 if self._routing is None else self._routing.buffer.nbytes,
             prefix_cache=self._prefixes.nbytes,

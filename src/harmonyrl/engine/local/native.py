@@ -211,9 +211,10 @@ class NativeDecode:
         self._keep = keep
 
     @property
-    def nbytes(self) -> int:
-        """Bytes of the panels and other copies the C structs point into (the KV cache is the engine's)."""
-        return sum(t.nbytes for t in self._keep)
+    def tensors(self) -> list[torch.Tensor]:
+        """What the C structs point into besides the KV cache: the panels, and fp32 norms, sinks and tables (some
+        of which are the forward's own tensors: count storages)."""
+        return self._keep
 
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, record: bool
