@@ -15,8 +15,8 @@ given what is left of ``--budget-s``:
 * ``lora_step`` (e): on that checkpoint, LoRA (r=16 on the attention projections), activation checkpointing and
   the flex sink kernel, one policy update at 4k tokens (forward, PPO-clip loss on the sampled tokens, backward,
   AdamW on the adapters): peak GPU memory, step time, tokens/s and MFU (6 × active parameters per token, against
-  the H200's 989 TFLOP/s dense bf16). This is the update's model path, not the trainer's loop; the memory model's
-  prediction is recorded beside it once that model exists.
+  the H200's 989 TFLOP/s dense bf16), beside the analytic memory model's prediction
+  (:mod:`harmonyrl.trainer.footprint`) and its error. This is the update's model path, not the trainer's loop.
 * ``engine`` (d): the embedded engine (bf16, on the GPU) vs transformers ``generate`` on a two-layer model with
   the 20b's layer geometry: tokens/s of each, and the engine-vs-trainer mismatch on the engine's own samples
   (mean k1 and k3 KL estimates, largest per-token log-prob gap; trainer forward in bf16 and in fp32).
@@ -261,6 +261,7 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     from harmonyrl.models.load import load_checkpoint
     from harmonyrl.models.lora import add_lora
     from harmonyrl.models.synthetic import write_synthetic
+    from harmonyrl.trainer.footprint import Plan, estimate
 
     device = torch.device(device_of(dry_run))
     folder = synthetic_folder(dry_run, out)
@@ -300,11 +301,14 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     step_s = times[-1]
     flops = 6 * active_parameters(model.config) * tokens
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    plan = Plan(tokens=tokens, reference="none", engine="none")  # bf16 base and activations, LoRA r=16, checkpointing
+    predicted = estimate(model.config, plan).total / 2**30
     return {"status": "ok", "tokens": tokens, "step_s": round(step_s, 3), "first_step_s": round(times[0], 1),
             "tokens_per_s": round(tokens / step_s, 1), "peak_gib": None if peak is None else round(peak, 1),
             "mfu": round(flops / step_s / (H200_BF16_TFLOPS * 1e12), 4) if device.type == "cuda" else None,
             "active_parameters_b": round(active_parameters(model.config) / 1e9, 2),
-            "predicted_peak_gib": None}  # fmt: skip
+            "predicted_peak_gib": round(predicted, 1),
+            "prediction_error": None if peak is None else round(predicted / peak - 1, 3)}  # fmt: skip
 
 
 def section_engine(dry_run: bool, out: Path) -> dict[str, Any]:
