@@ -1,8 +1,9 @@
 """Routing capture for the embedded engine: which experts each position ran through, per MoE layer.
 
-How: every layer's ``mlp.router`` (the HF module that both the prefill's ``mlp`` call and the decode step's
-:func:`~harmonyrl.engine.local.moe.dense_moe` use) gets an instance-level ``forward`` that calls the class's and
-keeps the top-k ids of each call (the engine's model is its private copy, so nothing else sees it). Not a
+How: every layer's ``mlp.router`` (the HF module that :func:`~harmonyrl.engine.local.moe.routed_moe` calls in
+prefill and decode) gets an instance-level ``forward`` that calls the class's and keeps the top-k ids of each call
+(the engine's modules are its own, built by :mod:`.weights`, even when their tensors are the trainer's: nothing
+else sees the wrapper). Not a
 ``register_forward_hook``: a hooked module takes ``nn.Module``'s slow call path (measured at 32 rows: router
 call 21 → 29 µs with a hook, 22 µs with this wrapper). After each
 :class:`~harmonyrl.engine.local.forward.LeanForward` call the engine hands the ids here with the call's layout, and

@@ -42,6 +42,11 @@ def _target(t: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
     return dtype if t.is_floating_point() else t.dtype
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` are one device here (a run's ``device=cuda`` has no index, its tensors have one)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
 def storages(tensors: Iterable[torch.Tensor]) -> set[int]:
     """The data pointers of the storages under ``tensors`` (meta tensors have none)."""
     return {t.untyped_storage().data_ptr() for t in tensors if t.device.type != "meta"}
@@ -77,7 +82,7 @@ def build(model: GptOssForCausalLM, device: torch.device, dtype: torch.dtype, sh
     state = merged_state_dict(model)
     tensors: dict[str, torch.Tensor] = {}
     for name, t in {**state, **_buffers(model)}.items():
-        fits = t.device == device and t.dtype == _target(t, dtype)
+        fits = same_device(t.device, device) and t.dtype == _target(t, dtype)
         fresh = t.device.type != "meta" and t.untyped_storage().data_ptr() not in source  # e.g. merged W + BA
         if fits and (share or fresh):
             tensors[name] = t.detach()
@@ -133,7 +138,7 @@ def load(plain: GptOssForCausalLM, state_dict: Mapping[str, torch.Tensor], share
         tensors: dict[str, torch.Tensor] = {}
         for name, t in state_dict.items():
             dtype = params[name].dtype
-            fits = t.device == device and t.dtype == dtype
+            fits = same_device(t.device, device) and t.dtype == dtype
             tensors[name] = t.detach() if fits else t.detach().to(device=device, dtype=dtype, copy=True)
         tensors |= {name: buf for name, buf in plain.named_buffers()}
         _assign(plain, tensors)
