@@ -54,7 +54,7 @@ def test_the_trainer_puts_its_batches_where_its_model_is() -> None:
     model = build_model(build_config("nano", 97, 0, 1), seed=0).to(meta)
     learner = Learner.create(RLConfig(advantage={"kind": "gae"}), model, pad_id=0, norm=64.0, seed=0)
     assert learner.value_head is not None and all(p.device == meta for p in learner.value_head.parameters())
-    assert all(p.device == meta for p in learner.ref_model.parameters())
+    assert all(p.device == meta for p in learner.reference.module.parameters())
 
 
 def test_the_engine_puts_its_model_cache_and_routing_on_its_device() -> None:

@@ -10,6 +10,7 @@ from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer import rl_targets
 from harmonyrl.trainer.batch import collate, score
+from harmonyrl.trainer.reference import Reference
 from harmonyrl.trainer.rl import rl_update
 from harmonyrl.trainer.rl_targets import prepare, single_pass, token_advantages
 from harmonyrl.types import Failure, Trajectory
@@ -187,7 +188,7 @@ def test_single_pass_update_equals_the_two_pass_update(
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         prepared = prepare(make_batch(), cfg, pad_id=0)
         assert prepared is not None
-        results.append((rl_update(model, opt, prepared, cfg, ref_model=ref).metrics, model.state_dict()))
+        results.append((rl_update(model, opt, prepared, cfg, ref_model=Reference(ref)).metrics, model.state_dict()))
     (m1, w1), (m2, w2) = results
     assert m1 == m2 and "mismatch/kl_k1" in m1 and "routing/load_cv" in m1
     assert all(torch.equal(w1[k], w2[k]) for k in w1)

@@ -68,8 +68,9 @@ class ModelConfig(Frozen):
     """LoRA adapters instead of full fine-tuning (null: full). Setting any key turns it on, e.g. ``model.lora.r=16``
     (``pip install 'harmonyrl[lora]'``)."""
     precision: Literal["fp32", "bf16"] = "fp32"
-    """Trainer compute precision: bf16 runs the trainer's forward and backward under autocast; the weights and the
-    optimizer stay fp32."""
+    """Trainer compute precision: bf16 runs the trainer's forward passes under autocast; what trains (a full
+    fine-tune's weights, LoRA adapters, value head) and the optimizer stay fp32; with LoRA the frozen base is kept
+    in bf16."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in the backward pass instead of storing them (less memory, ~1/3 more
     compute; the trainer's shared-prompt pass is then off)."""

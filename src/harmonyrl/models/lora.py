@@ -7,12 +7,23 @@ projections are ``nn.Linear`` modules (peft's ``target_modules``); the experts' 
 ``down_proj`` are 3-D parameters that peft 0.21 adapts through ``target_parameters`` (one rank-r update per
 expert). Nothing here mutates the trainer's weights: :func:`merged_state_dict` computes ``W + (alpha/r)·BA``
 under the base names, which is what the engine samples from and what a checkpoint's ``model.safetensors`` holds.
+
+Dtypes (docs/memory.md): the adapters are always fp32 (they train: AdamW's small steps need fp32); the frozen base
+may be kept in bf16 (:func:`cast_base`; nothing is lost, it never trains). The merged weights are computed in
+fp32 and rounded once to the base's dtype.
+
+The reference policy of a LoRA run is this same model with its trained adapter switched off (:func:`run_as`):
+the base alone when RL started from untrained adapters (B = 0, a zero update), else the base with a frozen
+adapter holding the start's adapter weights (:func:`add_frozen_adapter`; a LoRA SFT warm start): adapter-sized,
+never a second copy of the base.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -21,6 +32,9 @@ from transformers import GptOssForCausalLM
 from harmonyrl.models.attention import CHUNKED_EAGER, KERNELS, kernel_of, set_kernel
 
 ADAPTER = "default"
+"""The trained adapter's peft name."""
+REFERENCE = "reference"
+"""A frozen adapter holding the RL start's adapters (the reference policy after a LoRA SFT warm start)."""
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 EXPERT_PARAMETERS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 ADAPTER_FILE = "lora.safetensors"
@@ -54,8 +68,23 @@ def add_lora(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         peft.inject_adapter_in_model(config, model, adapter_name=ADAPTER)
+    _adapters_to_fp32(model)  # peft makes them in the base's dtype (a bf16 checkpoint's A would train in bf16)
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
+
+
+def _adapters_to_fp32(model: torch.nn.Module) -> None:
+    for name, p in model.named_parameters():
+        if "lora_" in name and p.dtype != torch.float32:
+            p.data = p.data.float()  # in place: the parameter object (and any optimizer's reference) is kept
+
+
+def cast_base(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Keep every parameter outside the adapters in ``dtype`` (in place; the adapters stay fp32, buffers such as
+    RoPE's ``inv_freq`` are left alone). For bf16: the frozen base of a bf16 LoRA run, half the bytes of fp32."""
+    for name, p in model.named_parameters():
+        if "lora_" not in name and p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
 
 
 def has_lora(model: torch.nn.Module) -> bool:
@@ -65,6 +94,10 @@ def has_lora(model: torch.nn.Module) -> bool:
 
 def _base_name(key: str) -> str:
     return key.replace(".base_layer", "")
+
+
+def _is_trained_adapter(key: str) -> bool:
+    return "lora_" in key and f".{ADAPTER}." in key
 
 
 def _deltas(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -82,24 +115,28 @@ def _deltas(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights under the plain GptOss names, with each adapter merged (``W + (alpha/r)·BA``); the
-    model itself is not changed. Without adapters: ``model.state_dict()``."""
+    """The model's weights under the plain GptOss names, with the trained adapter merged (``W + (alpha/r)·BA``,
+    added in fp32 and rounded once to ``W``'s dtype: bf16 for a bf16 base, where peft gives the experts' delta in
+    bf16 already); the model itself is not changed. Without adapters: ``model.state_dict()``."""
     state = model.state_dict()
     if not has_lora(model):
         return state
     deltas = _deltas(model)
     merged = {}
     for key, value in state.items():
-        if "lora_" in key:
+        if "lora_" in key:  # the trained adapter's, and a frozen reference adapter's
             continue
         base = _base_name(key)
-        merged[base] = value + deltas[base].to(value.dtype) if base in deltas else value
+        if base in deltas:  # for an fp32 base exactly ``value + delta``, as before bf16 bases existed
+            merged[base] = (value.to(torch.float32) + deltas[base].to(torch.float32)).to(value.dtype)
+        else:
+            merged[base] = value
     return merged
 
 
 def adapter_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The adapters' weights (what a LoRA run trains), keyed as in ``model.state_dict()``."""
-    return {k: v for k, v in model.state_dict().items() if "lora_" in k}
+    """The trained adapter's weights (what a LoRA run trains), keyed as in ``model.state_dict()``."""
+    return {k: v for k, v in model.state_dict().items() if _is_trained_adapter(k)}
 
 
 def load_adapters(model: torch.nn.Module, adapters: dict[str, torch.Tensor]) -> None:
@@ -129,3 +166,56 @@ def merged_model(model: GptOssForCausalLM) -> GptOssForCausalLM:
     plain.load_state_dict(merged_state_dict(model), strict=True)
     plain.train(model.training)
     return plain
+
+
+def is_zero_update(adapters: Mapping[str, torch.Tensor]) -> bool:
+    """Whether adapter weights (as :func:`adapter_state_dict` keys them) add nothing: every B is zero (a fresh
+    adapter: B starts at zero)."""
+    return all(not bool(v.any()) for k, v in adapters.items() if "lora_B" in k)
+
+
+def add_frozen_adapter(model: torch.nn.Module, adapters: Mapping[str, torch.Tensor]) -> None:
+    """Give ``model`` a second, frozen adapter (:data:`REFERENCE`) holding ``adapters`` (the trained adapter's
+    weights at some earlier time, keyed as :func:`adapter_state_dict`), fp32, beside the trained one. The trained
+    adapter stays the active one; :func:`run_as` switches to this one. Adapter-sized: the base is shared."""
+    peft = _peft()
+    own = adapter_state_dict(model)
+    if set(adapters) != set(own):
+        raise ValueError("the reference adapters do not match the model's adapters (another model.lora?)")
+    config = copy.deepcopy(model.peft_config[ADAPTER])  # type: ignore[index]  # set by inject_adapter_in_model
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*multiple adapters.*")  # two adapters is the point
+        peft.inject_adapter_in_model(config, model, adapter_name=REFERENCE)  # its random init is overwritten
+    _adapters_to_fp32(model)
+    frozen = {k.replace(f".{ADAPTER}.", f".{REFERENCE}."): v for k, v in adapters.items()}
+    model.load_state_dict(frozen, strict=False)
+    for name, p in model.named_parameters():
+        p.requires_grad_(_is_trained_adapter(name))
+
+
+def _tuner_layers(model: torch.nn.Module) -> list[Any]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+
+
+@contextmanager
+def run_as(model: torch.nn.Module, adapter: str | None) -> Iterator[torch.nn.Module]:
+    """``model`` computing with only ``adapter`` active (None: every adapter off, the base alone), restored on
+    exit: the trained adapter active, and every parameter's ``requires_grad`` as it was (peft's switches set
+    them, so they are put back exactly)."""
+    layers = _tuner_layers(model)
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for layer in layers:
+            if adapter is None:
+                layer.enable_adapters(False)
+            else:
+                layer.set_adapter(adapter, inference_mode=True)
+        yield model
+    finally:
+        for layer in layers:
+            layer.set_adapter(ADAPTER)
+            layer.enable_adapters(True)
+        for p, flag in flags:
+            p.requires_grad_(flag)

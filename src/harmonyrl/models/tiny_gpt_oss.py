@@ -97,12 +97,13 @@ def build_model(config: GptOssConfig, seed: int, head_init: HeadInit = "random")
     return model
 
 
-def load_model(path: Path) -> GptOssForCausalLM:
-    """Load a gpt-oss checkpoint folder in fp32: one written by :func:`save_model`, a Hugging Face one (bf16 or
-    fp32, sharded or not, MXFP4 experts dequantised) or OpenAI's original layout (:mod:`harmonyrl.models.load`)."""
+def load_model(path: Path, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> GptOssForCausalLM:
+    """Load a gpt-oss checkpoint folder in ``dtype`` (default fp32) onto ``device`` (default the CPU): one written
+    by :func:`save_model`, a Hugging Face one (bf16 or fp32, sharded or not, MXFP4 experts dequantised) or OpenAI's
+    original layout (:mod:`harmonyrl.models.load`)."""
     if not (path / "config.json").is_file():
         raise CheckpointError(f"'{path}' is not a checkpoint folder (no config.json inside)")
-    return load_checkpoint(path)
+    return load_checkpoint(path, dtype=dtype, device=device)
 
 
 def check_max_seq_len(config: GptOssConfig, max_seq_len: int, source: str) -> None:

@@ -1,7 +1,8 @@
 """The learner: everything an RL step updates, and the one call the training loop makes per step.
 
-It owns the optimizer, the optional value head (critic estimators), the reference model (KL and its
-metric) and the replay buffer (the off-policy soft-Q row), and dispatches on the typed loss choice:
+It owns the optimizer, the optional value head (critic estimators), the reference policy (KL and its
+metric; :mod:`harmonyrl.trainer.reference`: with LoRA the policy's own base, adapters switched) and the replay
+buffer (the off-policy soft-Q row), and dispatches on the typed loss choice:
 on-policy PPO-family updates in :mod:`harmonyrl.trainer.rl`, soft Q-learning in :mod:`harmonyrl.trainer.soft_q_learner`.
 
 Under torchrun (``world``) the learner trains a sharded copy of the run's model (FSDP2, see
@@ -12,7 +13,6 @@ run in one process only (:func:`check_distributable`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,9 +24,10 @@ from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config import RLConfig
 from harmonyrl.distributed.fsdp import copy_into, sharded_copy
 from harmonyrl.distributed.world import SINGLE, World
-from harmonyrl.models.lora import has_lora, merged_model
+from harmonyrl.models.lora import has_lora
 from harmonyrl.trainer.critic import ValueHead
 from harmonyrl.trainer.precision import Precision, autocast
+from harmonyrl.trainer.reference import Reference, reference_for
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.resume import Progress, load_optimizer
 from harmonyrl.trainer.rl import rl_update
@@ -41,7 +42,7 @@ class Learner:
     cfg: RLConfig
     model: GptOssForCausalLM
     optimizer: torch.optim.Optimizer
-    ref_model: torch.nn.Module
+    reference: Reference
     pad_id: int
     norm: float
     """Constant of the ``seq-mean-token-sum-norm`` aggregation: the episode's token budget."""
@@ -50,7 +51,7 @@ class Learner:
     world: World = SINGLE
     """The torchrun launch this learner trains in (:data:`SINGLE`: one process, nothing sharded)."""
     precision: Precision = "fp32"
-    """The update's compute precision (bf16: autocast; weights and optimizer stay fp32)."""
+    """The update's compute precision (bf16: autocast; what trains and the optimizer stay fp32)."""
 
     @staticmethod
     def create(
@@ -61,18 +62,16 @@ class Learner:
         seed: int,
         world: World = SINGLE,
         precision: Precision = "fp32",
+        rl_start: dict[str, torch.Tensor] | None = None,
     ) -> Learner:
-        """A learner for ``model`` at the start of RL; the reference model is a frozen copy of it (with LoRA: a
-        plain model holding its merged weights, as a resumed run reads them back from the SFT checkpoint). Under
-        torchrun both are sharded copies holding rank 0's weights."""
+        """A learner for ``model`` at the start of RL. The reference policy (:func:`reference_for`) is a frozen
+        copy of it, or with LoRA ``model`` itself with its adapters switched: ``rl_start`` is then the adapters
+        RL began with when ``model`` no longer holds them (a resume), None when it does. Under torchrun the
+        policy and the reference are sharded copies holding rank 0's weights."""
         check_distributable(cfg, world)
         if world.distributed and has_lora(model):
             raise ValueError("model.lora runs in one process only (adapters are not sharded): launch without torchrun")
-        if world.distributed:
-            ref_model = sharded_copy(model, world)
-        else:
-            ref_model = merged_model(model) if has_lora(model) else copy.deepcopy(model)
-        ref_model.eval().requires_grad_(False)
+        reference = reference_for(model, world, rl_start)
         device = next(model.parameters()).device
         value_head = ValueHead(int(model.config.hidden_size)).to(device) if cfg.uses_critic else None
         soft_q = None
@@ -81,7 +80,7 @@ class Learner:
             soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed), value_head)
         trained = model if not world.distributed else sharded_copy(model, world)
         placeholder = torch.optim.SGD([torch.zeros(1)])  # replaced below: optimizer_for reads the value head
-        learner = Learner(cfg, trained, placeholder, ref_model, pad_id, norm, value_head, soft_q, world, precision)
+        learner = Learner(cfg, trained, placeholder, reference, pad_id, norm, value_head, soft_q, world, precision)
         learner.optimizer = learner.optimizer_for(trained)
         return learner
 
@@ -139,7 +138,7 @@ class Learner:
                 self.model,
                 self.optimizer,
                 self.value_head,
-                self.ref_model,
+                self.reference,
                 self.soft_q,
                 trajectories,
                 self.cfg,
@@ -150,7 +149,7 @@ class Learner:
             masked = sum(t.failure is not None for t in trajectories)
             return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")
         result = rl_update(
-            self.model, self.optimizer, prepared, self.cfg, self.ref_model, self.value_head, self.norm, self.world
+            self.model, self.optimizer, prepared, self.cfg, self.reference, self.value_head, self.norm, self.world
         )
         return replace(result, metrics=result.metrics | {"train/skipped": 0.0})
 

@@ -54,6 +54,7 @@ from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch, Scored, micro_batches, score
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.lr_scale import scaled_lr
+from harmonyrl.trainer.reference import Reference
 from harmonyrl.trainer.rl_targets import (
     MICRO_BATCH,
     LossTargets,
@@ -136,7 +137,7 @@ def rl_update(
     optimizer: torch.optim.Optimizer,
     prepared: Prepared,
     cfg: RLConfig,
-    ref_model: torch.nn.Module | None,
+    ref_model: Reference | None,
     value_head: torch.nn.Module | None = None,
     norm: float | None = None,
     world: World = SINGLE,
@@ -162,7 +163,7 @@ def rl_update(
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
-    ref_logp = no_grad_pass(ref_model, batch)[0] if needs_ref and ref_model is not None else old.logp
+    ref_logp = _reference_logp(ref_model, batch) if needs_ref and ref_model is not None else old.logp
     targets = loss_targets(cfg, batch, old, ref_logp)
     train_batch = batch
     if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
@@ -321,7 +322,7 @@ def _metrics(
     model: GptOssForCausalLM,
     prepared: Prepared,
     cfg: RLConfig,
-    ref_model: torch.nn.Module | None,
+    ref_model: Reference | None,
     old: OldPolicy,
     targets: LossTargets,
     tally: _Tally,
@@ -381,12 +382,18 @@ def _joined_routing(parts: list[MoeRouting], batch: Batch, world: World) -> Trai
 
 
 def _kl_to_reference(
-    batch: Batch, trainer_old: torch.Tensor, ref_logp: torch.Tensor, ref_model: torch.nn.Module | None, needs_ref: bool
+    batch: Batch, trainer_old: torch.Tensor, ref_logp: torch.Tensor, ref_model: Reference | None, needs_ref: bool
 ) -> float:
     """k3 KL of the old policy to the reference: over the batch when the reference pass ran, else over the
     first micro-batch (a reference pass just for this metric)."""
     if ref_model is not None and not needs_ref:
         head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
-        head_ref = no_grad_pass(ref_model, head)[0]
+        head_ref = _reference_logp(ref_model, head)
         return float(masked_token_mean(kl_k3(trainer_old[: head.size], head_ref), head.loss_mask))
     return float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
+
+
+def _reference_logp(ref: Reference, batch: Batch) -> torch.Tensor:
+    """``[B, T-1]`` log-probs of the reference policy (with LoRA: the policy's base, adapters switched)."""
+    with ref.scoring() as module:
+        return no_grad_pass(module, batch)[0]

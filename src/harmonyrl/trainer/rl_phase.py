@@ -28,6 +28,7 @@ from harmonyrl.trainer.collect import make_collect
 from harmonyrl.trainer.fault_breaker import FaultBreaker, FaultBreakerTripped
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.pipeline import Collect, Collected, Drawn, Pipeline, check_pipeline
+from harmonyrl.trainer.reference import rl_start_adapters
 from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.reward_setup import RunRewarder
 from harmonyrl.trainer.run_context import RunContext
@@ -179,9 +180,13 @@ async def open_rl_phase(
     optimizer, learner, fault-breaker, task-source and pipeline state. ``engine``: rank 0's (None elsewhere)."""
     config, in_rl = ctx.config, saved is not None and saved.phase == "rl"
     resumed = saved if in_rl else None
-    start_model = rl_start_model(config, ctx.run_dir, ctx.tok) if in_rl else ctx.model  # the reference policy
+    # the reference policy: the model RL started from; with LoRA the run's own model, its adapters switched to the
+    # ones RL started from (a resume reads those from the SFT checkpoint; trainer/reference.py)
+    lora_resume = in_rl and config.model.lora is not None
+    start_model = rl_start_model(config, ctx.run_dir, ctx.tok) if in_rl and not lora_resume else ctx.model
+    rl_start = rl_start_adapters(ctx.run_dir, ctx.model) if lora_resume else None
     learner = Learner.create(config.rl, start_model, ctx.tok.special.endoftext, float(config.rollout.max_seq_len),
-                             config.seed, ctx.world, config.model.precision)  # fmt: skip
+                             config.seed, ctx.world, config.model.precision, rl_start)  # fmt: skip
     if resumed is not None:
         learner.resume(ctx.model, resumed)
     breaker = FaultBreaker(config.rollout.fault_breaker)

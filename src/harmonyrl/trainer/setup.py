@@ -27,7 +27,7 @@ from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.attention import TEAM_INVARIANT_KERNELS, set_kernel
-from harmonyrl.models.lora import ADAPTER_FILE, add_lora, load_adapters, merged_model
+from harmonyrl.models.lora import ADAPTER_FILE, add_lora, cast_base, load_adapters, merged_model
 from harmonyrl.models.sinks import set_sinks
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
@@ -37,6 +37,7 @@ from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableErr
 from harmonyrl.threads import configure as configure_threads
 from harmonyrl.trainer.device import resolve_device
 from harmonyrl.trainer.evaluate import evaluate
+from harmonyrl.trainer.precision import base_dtype
 from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
 from harmonyrl.trainer.run_folder import clear_for_overwrite
 from harmonyrl.types import Task
@@ -119,10 +120,17 @@ def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) ->
     return inject_faults(factory, faults.rate, faults.kinds, faults.seed * 1_000_003 + step, faults.timeout_delay_s)
 
 
-def load_for(path: Path, tok: RunCodec, max_seq_len: int | None = None) -> GptOssForCausalLM:
+def load_for(
+    path: Path,
+    tok: RunCodec,
+    max_seq_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | None = None,
+) -> GptOssForCausalLM:
     """A checkpoint that must fit the run's tokenizer (else every id would mean something else; the error names
-    the ``model.tokenizer`` that fits) and, given ``max_seq_len``, hold positions for episodes that long."""
-    model = load_model(path)
+    the ``model.tokenizer`` that fits) and, given ``max_seq_len``, hold positions for episodes that long; loaded in
+    ``dtype`` onto ``device`` (default: fp32 on the CPU)."""
+    model = load_model(path, dtype=dtype, device=device)
     if (mismatch := vocab_mismatch(f"checkpoint '{path}'", int(model.config.vocab_size), tok)) is not None:
         raise CheckpointError(mismatch)
     if max_seq_len is not None:
@@ -137,6 +145,7 @@ def for_training(config: RunConfig, model: GptOssForCausalLM) -> GptOssForCausal
     set_kernel(model, m.attention)
     if m.lora is not None:
         add_lora(model, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.targets, seed=config.seed)
+        cast_base(model, base_dtype(m.precision, lora=True))  # bf16 with bf16 precision; the adapters stay fp32
     if m.gradient_checkpointing:
         grad_checkpointing.enable(model)
     # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which types it as unbound
@@ -147,8 +156,9 @@ def for_training(config: RunConfig, model: GptOssForCausalLM) -> GptOssForCausal
 def make_model(config: RunConfig, tok: RunCodec) -> GptOssForCausalLM:
     """The trainer's model (fresh or from ``model.init_from``), ready to train (:func:`for_training`). With
     LoRA this is also the frozen base of every checkpoint's adapters."""
-    if config.model.init_from is not None:
-        return for_training(config, load_for(config.model.init_from, tok, config.rollout.max_seq_len))
+    if (init := config.model.init_from) is not None:  # straight in the base's dtype onto the device
+        dtype, device = base_dtype(config.model.precision, config.model.lora is not None), resolve_device(config.device)
+        return for_training(config, load_for(init, tok, config.rollout.max_seq_len, dtype, device))
     mcfg = build_config(
         config.model.preset,
         tok.vocab_size,

@@ -30,6 +30,7 @@ from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
 from harmonyrl.trainer.device import to_device
 from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
+from harmonyrl.trainer.reference import Reference
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.update_result import UpdateResult
 from harmonyrl.types import Trajectory
@@ -64,7 +65,7 @@ def soft_q_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     value_head: torch.nn.Module,
-    ref_model: torch.nn.Module,
+    ref_model: Reference,
     state: SoftQState,
     trajectories: Sequence[Trajectory],
     cfg: RLConfig,
@@ -118,7 +119,7 @@ def soft_q_update(
 
 def _backward(
     model: torch.nn.Module,
-    ref_model: torch.nn.Module,
+    ref_model: Reference,
     critic: _Critic,
     batch: Batch,
     sq: SoftQ,
@@ -130,8 +131,8 @@ def _backward(
     for mb in micro_batches(batch, MICRO_BATCH):
         mask = mb.loss_mask
         scored = score(model, mb.input_ids, mb.attention_mask, value_head=critic, needed=mask)
-        with torch.no_grad():
-            ref = score(ref_model, mb.input_ids, mb.attention_mask, needed=mask).logprobs
+        with torch.no_grad(), ref_model.scoring() as reference:
+            ref = score(reference, mb.input_ids, mb.attention_mask, needed=mask).logprobs
         assert scored.values is not None
         values, target_values = scored.values.unbind(-1)
         ratio = log_ratio(scored.logprobs, ref, mask)
