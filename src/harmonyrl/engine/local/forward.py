@@ -113,10 +113,11 @@ class _Layer:
 
 
 class LeanForward:
-    """Prefill / decode over the parameters of ``model`` (which the caller owns and keeps private).
+    """Prefill / decode over the parameters of ``model`` (the engine's own modules; their tensors may be the trainer's).
 
-    Call :meth:`refresh` after the model's weights change: q/k/v projections are fused into one matrix
-    ``[(H + 2·KVH)·D, hidden]`` here (one GEMM instead of three per layer), and the experts re-laid out.
+    Call :meth:`refresh` after the model's weights change (or are replaced): it re-reads every tensor, finds whether
+    q/k/v lie back to back (one GEMM over a view), and rebuilds the few small things derived from them (fp32 norm
+    weights, the q/k/v bias, the sink row). Nothing the size of a weight is copied.
     """
 
     def __init__(self, model: GptOssForCausalLM, max_batch: int, max_seq_len: int, sinks: bool = True) -> None:
