@@ -23,12 +23,6 @@ from harmonyrl.cli import app
 from tiny_run import tiny_run
 
 runner = CliRunner()
-SPARED: tuple[str, ...] = ("sft",)
-"""Checkpoint folders the fuzzer leaves alone, for a defect it found that is not fixed yet (trainer/setup.py was
-being changed by another session): a corrupt ``checkpoints/sft`` (the RL reference model, read by ``rl_start_model``
-only after ``open_run`` has rewound the folder) refuses an RL resume after ``metrics.jsonl`` was cut and ``error.log``
-written. Falsifying example: a killed run, ``checkpoints/sft/config.json`` truncated to 0 bytes. Empty this with
-the fix (check or load the reference in ``open_run`` before ``rewind_files``)."""
 TINY = tiny_run("rl.steps=2", "eval.n_tasks=2", "eval.samples_per_task=1", "rollout.max_new_tokens=16", "threads=1")
 
 
@@ -67,7 +61,7 @@ class Corruption:
     junk: bytes
 
     def apply(self, run: Path) -> str:
-        files = sorted(p for p in run.rglob("*") if p.is_file() and p.parent.name not in SPARED)
+        files = sorted(p for p in run.rglob("*") if p.is_file())
         if not files:
             return "nothing left to corrupt"
         path = files[self.file % len(files)]
@@ -122,3 +116,26 @@ def test_a_corrupted_run_folder_resumes_or_refuses_in_one_line_changing_nothing(
         after = snapshot(run)
         changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         assert not changed, (done, lines[-1], changed)
+
+
+@pytest.mark.parametrize("damage", ["truncate_config", "delete_folder", "garble_weights"])
+def test_a_damaged_rl_start_refuses_before_anything_is_rewound(finished_run: Path, damage: str) -> None:
+    """The fuzzer's find: ``checkpoints/sft`` (read as the reference when RL resumes) was read only after the folder
+    had been rewound, so a damaged one changed the folder; and a deleted one made RL's reference a fresh model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        shutil.copytree(finished_run, run)
+        _as_killed(run)
+        sft = run / "checkpoints" / "sft"
+        if damage == "truncate_config":
+            (sft / "config.json").write_bytes(b"")
+        elif damage == "delete_folder":
+            shutil.rmtree(sft)
+        else:
+            weights = sft / "model.safetensors"
+            weights.write_bytes(weights.read_bytes()[:100])
+        before = snapshot(run)
+        result = runner.invoke(app, ["train", "--resume", str(run)])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.output.strip().splitlines()[-1].startswith("error: ") and "checkpoints/sft" in result.output
+        assert snapshot(run) == before

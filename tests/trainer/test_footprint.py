@@ -124,3 +124,29 @@ def test_gpt_oss_20b_lora_rl_at_4k_fits_one_h200(tmp_path: Path) -> None:
     fp32 = Plan(weight_bytes=4, activation_bytes=4, reference="copy", engine="copy", engine_bytes=4, kv_window=False)
     today = estimate(load_checkpoint_config(tmp_path), fp32)
     assert today.total / GIB > 141  # what the issue found: the fp32 layout does not fit one H200
+
+
+def test_a_checkpoint_too_large_for_the_device_is_one_line_before_any_weight_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import harmonyrl.trainer.setup as setup
+    from harmonyrl.cli import app
+    from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+    from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
+
+    tok = HarmonyTokenizer.load_default()
+    folder = tmp_path / "ckpt"
+    save_model(build_model(build_config("nano", tok.vocab_size, tok.special.endoftext, tok.special.return_), 0), folder)
+    held = estimate(load_checkpoint_config(folder), Plan(lora_rank=None, weight_bytes=4)).weights
+    monkeypatch.setattr(setup, "free_bytes", lambda device: int(held) - 1)
+    monkeypatch.setattr(setup, "load_model", lambda *a, **k: pytest.fail("weights were read"))
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["train", f"model.init_from={folder}", f"output_dir={out}", "run_name=r"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("error: checkpoint") and "GiB are free there" in lines[0]
+    assert not (out / "r").exists()
+    monkeypatch.undo()
+    assert setup.load_for(folder, tok).config.num_hidden_layers == 2

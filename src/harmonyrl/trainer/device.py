@@ -20,6 +20,19 @@ def resolve_device(name: DeviceName) -> torch.device:
     return torch.device(name)
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """Memory free for new tensors on ``device`` now: the GPU's free memory, or the host's ``MemAvailable``;
+    None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def to_device(value: T, device: torch.device) -> T:
     """A frozen dataclass of tensors (a batch) with every tensor field on ``device`` (the same object if all are)."""
     changes = {}

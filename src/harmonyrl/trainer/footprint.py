@@ -50,6 +50,7 @@ from typing import Literal
 
 from transformers import GptOssConfig
 
+from harmonyrl.errors import CheckpointError
 from harmonyrl.models.real import build_skeleton
 from harmonyrl.trainer.token_scores import LOGITS_BUDGET
 
@@ -153,6 +154,21 @@ def estimate(config: GptOssConfig, plan: Plan = Plan()) -> Footprint:
         engine_weights=engine_weights,
         kv_cache=kv_cache(config, plan) if plan.engine != "none" else 0.0,
     )
+
+
+def check_fits(config: GptOssConfig, weight_bytes: float, free: int | None, where: str) -> None:
+    """A one-line :class:`~harmonyrl.errors.CheckpointError` when ``config``'s weights alone, at ``weight_bytes``
+    each, exceed ``free`` bytes (``where``: the checkpoint and the device, for the message). Checked before any
+    weight is read: a checkpoint that cannot fit fails in a second, not after minutes of loading."""
+    if free is None:
+        return
+    need = estimate(config, Plan(lora_rank=None, weight_bytes=weight_bytes, reference="none", engine="none")).weights
+    if need > free:
+        raise CheckpointError(
+            f"{where}: its weights need {need / GIB:.1f} GiB at {weight_bytes:g} bytes each, but only "
+            f"{free / GIB:.1f} GiB are free there (a smaller model, model.lora with model.precision=bf16, or a larger "
+            "device; docs/gpu.md gives the memory a run needs)"
+        )
 
 
 def activation_peak(config: GptOssConfig, plan: Plan) -> float:

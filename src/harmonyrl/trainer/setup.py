@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import GptOssForCausalLM
 from transformers.utils import logging as hf_logging
 
@@ -28,6 +29,8 @@ from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.attention import TEAM_INVARIANT_KERNELS, set_kernel
 from harmonyrl.models.lora import ADAPTER_FILE, add_lora, cast_base, load_adapters, merged_model
+from harmonyrl.models.real import check_checkpoint, first_problem
+from harmonyrl.models.real import load_config as load_checkpoint_config
 from harmonyrl.models.sinks import set_sinks
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
@@ -35,8 +38,9 @@ from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlSink
 from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
 from harmonyrl.threads import configure as configure_threads
-from harmonyrl.trainer.device import resolve_device
+from harmonyrl.trainer.device import free_bytes, resolve_device
 from harmonyrl.trainer.evaluate import evaluate
+from harmonyrl.trainer.footprint import check_fits
 from harmonyrl.trainer.precision import base_dtype
 from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
 from harmonyrl.trainer.run_folder import clear_for_overwrite
@@ -129,7 +133,14 @@ def load_for(
 ) -> GptOssForCausalLM:
     """A checkpoint that must fit the run's tokenizer (else every id would mean something else; the error names
     the ``model.tokenizer`` that fits) and, given ``max_seq_len``, hold positions for episodes that long; loaded in
-    ``dtype`` onto ``device`` (default: fp32 on the CPU)."""
+    ``dtype`` onto ``device`` (default: fp32 on the CPU), once its weights are known to fit there."""
+    target = device or torch.device("cpu")
+    try:
+        shape = load_checkpoint_config(path)
+    except CheckpointError:
+        shape = None  # another layout (OpenAI's original/), or a broken folder: load_model says which
+    if shape is not None:
+        check_fits(shape, dtype.itemsize, free_bytes(target), f"checkpoint '{path}' on {target}")
     model = load_model(path, dtype=dtype, device=device)
     if (mismatch := vocab_mismatch(f"checkpoint '{path}'", int(model.config.vocab_size), tok)) is not None:
         raise CheckpointError(mismatch)
@@ -296,11 +307,34 @@ def open_run(
     cuts = plan_rewind(run_dir, saved)
     model = make_model(config, tok) if saved is None else resume_model(config, tok, saved.model_dir)
     check_engine(config, model)
+    if saved is not None and saved.phase == "rl":
+        check_rl_start(config, run_dir)  # read later as the reference: a bad one must refuse before the rewind
     rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None
     restore_rngs(saved.state)
     return run_dir, model, saved
+
+
+def check_rl_start(config: RunConfig, run_dir: Path) -> None:
+    """A one-line :class:`CheckpointError` unless ``checkpoints/sft``, the policy RL started from (what a resumed
+    RL phase reads as its reference), is there when the warm start ran and reads as a checkpoint: names and shapes
+    against its config (headers only), and with LoRA the adapters' file."""
+    sft = run_dir / "checkpoints" / "sft"
+    if not sft.exists():
+        if config.sft.steps > 0 and config.model.init_from is None:  # else RL would start over from a fresh model
+            raise CheckpointError(f"cannot resume '{run_dir}': '{sft}' is missing, and it holds the weights RL "
+                                  "started from (the reference policy)")  # fmt: skip
+        return
+    problem = first_problem(check_checkpoint(sft))
+    if problem is None and config.model.lora is not None:
+        try:
+            with safe_open(str(sft / ADAPTER_FILE), framework="pt") as f:
+                f.keys()
+        except (OSError, SafetensorError) as e:
+            problem = f"its {ADAPTER_FILE} does not read ({e})"
+    if problem is not None:
+        raise CheckpointError(f"cannot resume '{run_dir}': the RL start '{sft}' is damaged: {problem}")
 
 
 def rl_start_model(config: RunConfig, run_dir: Path, tok: RunCodec) -> GptOssForCausalLM:
