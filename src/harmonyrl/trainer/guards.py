@@ -26,14 +26,29 @@ class Snapshot:
 
 
 def take_snapshot(*modules: torch.nn.Module | torch.optim.Optimizer | None) -> Snapshot:
-    """Deep copies of the state dicts of ``modules`` (``None`` entries are kept as empty placeholders)."""
-    return Snapshot(tuple(copy.deepcopy(m.state_dict()) if m is not None else {} for m in modules))
+    """Copies of what an update can change in ``modules``: a module's trainable parameters (a frozen base is never
+    copied: with LoRA that would be the whole model again, 42 GB for gpt-oss-20b in bf16), an optimizer's whole
+    state. ``None`` entries are kept as empty placeholders."""
+    return Snapshot(tuple(_changeable(m) for m in modules))
+
+
+def _changeable(m: torch.nn.Module | torch.optim.Optimizer | None) -> dict[str, Any]:
+    if m is None:
+        return {}
+    if isinstance(m, torch.nn.Module):
+        return {name: p.detach().clone() for name, p in m.named_parameters() if p.requires_grad}
+    return copy.deepcopy(m.state_dict())
 
 
 def restore(snapshot: Snapshot, *modules: torch.nn.Module | torch.optim.Optimizer | None) -> None:
-    """Load ``snapshot`` back into the same ``modules``, in the same order as :func:`take_snapshot`."""
+    """Put ``snapshot`` back into the same ``modules``, in the same order as :func:`take_snapshot`."""
     for state, module in zip(snapshot.states, modules, strict=True):
-        if module is not None:
+        if isinstance(module, torch.nn.Module):
+            params = dict(module.named_parameters())
+            with torch.no_grad():
+                for name, saved in state.items():
+                    params[name].copy_(saved)
+        elif module is not None:
             module.load_state_dict(state)
 
 
