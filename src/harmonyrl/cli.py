@@ -81,6 +81,34 @@ def _preset(name: str | None) -> Path | None:
 
 
 @app.command()
+def plan(
+    overrides: OverridesArg = None,
+    config: ConfigOpt = None,
+    preset: PresetOpt = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="gpt-oss-20b, gpt-oss-120b, a preset, or a folder with config.json (default: the run's)."),
+    ] = None,
+    hardware: Annotated[str, typer.Option(help="h100, h200, b200, a100, l40s or cpu (docs/plan.md).")] = "h200",
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Measure this machine instead of --hardware.")] = False,
+    price: Annotated[str | None, typer.Option(help="Price of one device-hour, for the cost (a number).")] = None,
+    tool_latency_s: Annotated[
+        float, typer.Option(min=0, help="Seconds one tool call takes (episode critical path).")
+    ] = 0.0,
+    gen_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Tokens an episode generates (default: the config's bound).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """What the run that the config describes needs and costs: memory per device by component, the smallest layout
+    that fits, throughput bounds, step time, hours and device-hours for rl.steps (docs/plan.md)."""
+    from harmonyrl.cli_plan import print_plan
+
+    cfg = _config(config, overrides, _preset(preset))
+    print_plan(cfg, model, hardware, calibrate, price, tool_latency_s, gen_tokens, json_out)
+
+
+@app.command()
 def presets() -> None:
     """List the named presets (-p NAME) with a one-line description each (docs/sweeps.md says how each was chosen)."""
     _print_presets()

@@ -157,3 +157,20 @@ def test_nothing_trainable_is_a_typed_skip_that_changes_nothing(name: str) -> No
     assert not update.applied and update.skip_reason == "nothing_trainable"
     assert update.metrics["train/skipped"] == 1.0 and "guard/skipped" not in update.metrics
     assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.model), strict=True))
+
+
+def test_micro_batch_bounds_the_pass_not_what_is_learnt() -> None:
+    """``rl.micro_batch=1``: one episode a pass, gradients accumulated; the update matches 32 rows a pass to
+    rounding, and the first pass's PPO ratio is still exactly 1 (invariant 4: same slicing in every pass). AdamW's
+    first step is about ±lr per weight whatever the gradient's size, so the weights agree to a fraction of lr (1e-2)."""
+    results = []
+    for rows in (32, 1):
+        learner = _learner(ALGORITHMS["grpo"], micro_batch=rows)
+        update = learner.update(_episodes())
+        assert update.applied and update.metrics["train/ratio_max_dev_first_mb"] == 0.0
+        results.append((update.metrics, _params(learner.model)))
+    (m32, params_32), (m1, params_1) = results
+    assert (
+        abs(m32["train/loss"] - m1["train/loss"]) < 1e-6 and abs(m32["train/grad_norm"] - m1["train/grad_norm"]) < 1e-4
+    )
+    assert max((a - b).abs().max().item() for a, b in zip(params_32, params_1, strict=True)) < 1e-3

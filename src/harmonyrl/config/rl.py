@@ -47,6 +47,10 @@ class RLConfig(Frozen):
     guards: Guards = Guards()
     epochs: int = Field(1, ge=1)
     minibatches: int = Field(1, ge=1)
+    micro_batch: int = Field(32, ge=1)
+    """Episodes (rows) in one forward/backward pass of the update; gradients accumulate over the passes of an
+    optimizer step, so it bounds the activation peak (``harmonyrl plan``), not what is learnt. At gpt-oss-20b's
+    4k tokens use 1 (32 rows of 4k tokens are ~59 GiB of activations)."""
     max_grad_norm: float = Field(1.0, gt=0)
     skip_zero_variance_groups: bool = True
     """Drop groups whose rewards are all equal when the advantage is group-relative (GRPO, RLOO,

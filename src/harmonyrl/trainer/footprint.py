@@ -11,7 +11,8 @@ micro-batch, where the reference and the engine live) and returns a :class:`Foot
 * **activations** — the peak of one micro-batch's forward and backward (below).
 * **reference** — a separate reference policy's weights (``copy``), or 0 when it is the same base with the
   adapters disabled (``shared``) or there is no KL term.
-* **engine** — the embedded engine's weights (``copy`` at ``engine_bytes``, or ``shared`` with the trainer) and
+* **engine** — the embedded engine's weights (``copy`` at ``engine_bytes``, or ``shared`` with the trainer: then it
+  owns only its merged copies ``W + BA`` of the matrices LoRA adapts) and
   its KV cache: ``2 · kv_heads · head_dim`` values per token per layer for ``kv_sequences × kv_length`` tokens,
   sliding-window layers holding only their window of each sequence when ``kv_window`` is on.
 
@@ -136,13 +137,15 @@ def per_token(config: GptOssConfig, coefficients: tuple[float, ...]) -> float:
 
 def estimate(config: GptOssConfig, plan: Plan = Plan()) -> Footprint:
     """The footprint of an RL run of ``config``'s model held as ``plan`` says."""
-    base, experts, adapters = _parameters(config, plan)
+    base, experts, adapters, adapted = _parameters(config, plan)
     expert_bytes = MXFP4_BYTES if plan.frozen_experts_mxfp4 and plan.lora_rank is not None else plan.weight_bytes
     weights = (base - experts) * plan.weight_bytes + experts * expert_bytes
     trainable = adapters if plan.lora_rank is not None else base
     master = trainable * 4.0 if plan.lora_rank is None and plan.weight_bytes < 4 else 0.0
     reference = weights if plan.reference == "copy" else 0.0
-    engine_weights = (base + 0.0) * plan.engine_bytes if plan.engine == "copy" else 0.0
+    # a shared engine owns only its merged copies of the adapted matrices (W + BA), the rest is the trainer's
+    owned = {"copy": float(base), "shared": float(adapted), "none": 0.0}[plan.engine]
+    engine_weights = owned * plan.engine_bytes
     return Footprint(
         weights=weights,
         adapters=adapters * 4.0,
@@ -191,9 +194,10 @@ def kv_cache(config: GptOssConfig, plan: Plan) -> float:
     return float(per_token * plan.kv_sequences * sum(kept))
 
 
-def _parameters(config: GptOssConfig, plan: Plan) -> tuple[int, int, int]:
-    """(base parameters, of which expert matrices, LoRA adapter parameters), counted on the meta skeleton."""
-    base = experts = adapters = 0
+def _parameters(config: GptOssConfig, plan: Plan) -> tuple[int, int, int, int]:
+    """(base parameters, of which expert matrices, LoRA adapter parameters, base parameters they adapt), counted on
+    the meta skeleton."""
+    base = experts = adapters = adapted = 0
     plain = copy.deepcopy(config)  # a config a trainer's model carries may name a kernel only it registered
     plain._attn_implementation = "eager"
     for name, p in build_skeleton(plain).named_parameters():
@@ -203,7 +207,9 @@ def _parameters(config: GptOssConfig, plan: Plan) -> tuple[int, int, int]:
             if plan.lora_rank is not None and "experts" in plan.lora_targets:
                 e, fan_in, fan_out = p.shape
                 adapters += e * plan.lora_rank * (fan_in + fan_out)
+                adapted += p.numel()
         elif plan.lora_rank is not None and name.endswith(".weight") and name.split(".")[-2] in plan.lora_targets:
             fan_out, fan_in = p.shape
             adapters += plan.lora_rank * (fan_in + fan_out)
-    return base, experts, adapters
+            adapted += p.numel()
+    return base, experts, adapters, adapted

@@ -56,7 +56,6 @@ from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
 from harmonyrl.trainer.lr_scale import scaled_lr
 from harmonyrl.trainer.reference import Reference
 from harmonyrl.trainer.rl_targets import (
-    MICRO_BATCH,
     LossTargets,
     OldPolicy,
     Prepared,
@@ -163,7 +162,7 @@ def rl_update(
     # KL to the reference: every token when it is trained on or guarded; else a one-micro-batch estimate
     # for the metric (a full reference pass would cost a fifth of the update).
     needs_ref = ref_model is not None and (cfg.kl.coef > 0 or cfg.guards.max_kl is not None)
-    ref_logp = _reference_logp(ref_model, batch) if needs_ref and ref_model is not None else old.logp
+    ref_logp = _reference_logp(ref_model, batch, cfg.micro_batch) if needs_ref and ref_model is not None else old.logp
     targets = loss_targets(cfg, batch, old, ref_logp)
     train_batch = batch
     if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
@@ -210,11 +209,11 @@ def _optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     step, row = _StepTally(), 0
     mine = idx[shard_rows(len(idx), p.world)]
-    parts = list(micro_batches(p.batch.select(mine), MICRO_BATCH)) if len(mine) else []
+    parts = list(micro_batches(p.batch.select(mine), cfg.micro_batch)) if len(mine) else []
     for mb in parts:
         _micro_batch(model, p, mb, mine[row : row + mb.size], (total, tokens), step, tally)
         row += mb.size
-    for _ in range(-(-most_rows(len(idx), p.world) // MICRO_BATCH) - len(parts)):
+    for _ in range(-(-most_rows(len(idx), p.world) // cfg.micro_batch) - len(parts)):
         _idle_pass(model, p, idx[:1])
     _sum_over_ranks(step, p.world)
     if tally.first_dev is None:
@@ -266,7 +265,7 @@ def _micro_batch(
 def _idle_pass(model: torch.nn.Module, p: _Pass, rows: torch.Tensor) -> None:
     """A zero-weighted forward/backward on ``rows``, for a rank with fewer micro-batches than the busiest:
     its FSDP all-gathers and gradient reductions pair up with the other ranks' passes; it adds nothing."""
-    mb = next(micro_batches(p.batch.select(rows), MICRO_BATCH))
+    mb = next(micro_batches(p.batch.select(rows), p.cfg.micro_batch))
     scored = score(model, mb.input_ids, mb.attention_mask, share_prefix=False)
     (scored.logprobs.sum() * 0.0).backward()
 
@@ -334,7 +333,8 @@ def _metrics(
     routed = old.routing if old.routing is not None else _joined_routing(tally.recorded, batch, world)
     metrics = mismatch_metrics(old.logp, batch.sampler_logprobs, batch.loss_mask, targets.correction)
     metrics.update(routing_metrics(batch, routed, int(model.config.num_experts_per_tok)))
-    metrics["train/kl_ref_k3"] = _kl_to_reference(batch, old.logp, targets.ref_logp, ref_model, needs_ref)
+    kl = _kl_to_reference(batch, old.logp, targets.ref_logp, ref_model, needs_ref, cfg.micro_batch)
+    metrics["train/kl_ref_k3"] = kl
     if tally.tripped is not None:
         metrics[f"guard/trip_{tally.tripped}"] = 1.0
     steps = max(1, len(tally.norms))
@@ -382,18 +382,23 @@ def _joined_routing(parts: list[MoeRouting], batch: Batch, world: World) -> Trai
 
 
 def _kl_to_reference(
-    batch: Batch, trainer_old: torch.Tensor, ref_logp: torch.Tensor, ref_model: Reference | None, needs_ref: bool
+    batch: Batch,
+    trainer_old: torch.Tensor,
+    ref_logp: torch.Tensor,
+    ref_model: Reference | None,
+    needs_ref: bool,
+    micro_batch: int,
 ) -> float:
     """k3 KL of the old policy to the reference: over the batch when the reference pass ran, else over the
     first micro-batch (a reference pass just for this metric)."""
     if ref_model is not None and not needs_ref:
-        head = batch.select(torch.arange(min(MICRO_BATCH, batch.size)))
-        head_ref = _reference_logp(ref_model, head)
+        head = batch.select(torch.arange(min(micro_batch, batch.size)))
+        head_ref = _reference_logp(ref_model, head, micro_batch)
         return float(masked_token_mean(kl_k3(trainer_old[: head.size], head_ref), head.loss_mask))
     return float(masked_token_mean(kl_k3(trainer_old, ref_logp), batch.loss_mask))
 
 
-def _reference_logp(ref: Reference, batch: Batch) -> torch.Tensor:
+def _reference_logp(ref: Reference, batch: Batch, micro_batch: int) -> torch.Tensor:
     """``[B, T-1]`` log-probs of the reference policy (with LoRA: the policy's base, adapters switched)."""
     with ref.scoring() as module:
-        return no_grad_pass(module, batch)[0]
+        return no_grad_pass(module, batch, micro_batch=micro_batch)[0]

@@ -38,6 +38,7 @@ from harmonyrl.trainer.routing_replay import TrainerRouting, join_routing, mb_ro
 from harmonyrl.types import Trajectory
 
 MICRO_BATCH = 32
+"""Rows a no-grad pass scores at once when no config says (``rl.micro_batch``'s default)."""
 
 
 @dataclass(frozen=True)
@@ -103,15 +104,20 @@ def token_advantages(
 
 @torch.no_grad()
 def no_grad_pass(
-    model: torch.nn.Module, batch: Batch, value_head: torch.nn.Module | None = None, replay: bool = False
+    model: torch.nn.Module,
+    batch: Batch,
+    value_head: torch.nn.Module | None = None,
+    replay: bool = False,
+    micro_batch: int = MICRO_BATCH,
 ) -> tuple[torch.Tensor, torch.Tensor | None, TrainerRouting]:
-    """``[B, T-1]`` log-probs (and values), with the same micro-batch slicing as the update (bit-exact), and
-    the MoE routing of the pass. ``replay``: route by ``batch.routing`` instead of the router's top-k."""
+    """``[B, T-1]`` log-probs (and values), with the same micro-batch slicing as the update (``micro_batch`` rows:
+    bit-exact), and the MoE routing of the pass. ``replay``: route by ``batch.routing`` instead of the router's
+    top-k."""
     logp = torch.zeros_like(batch.loss_mask)
     values = torch.zeros_like(batch.loss_mask) if value_head is not None else None
     parts: list[MoeRouting] = []
     row = 0
-    for mb in micro_batches(batch, MICRO_BATCH):
+    for mb in micro_batches(batch, micro_batch):
         parts.append(mb_routing(model, mb, replay))
         scored = score(model, mb.input_ids, mb.attention_mask, value_head=value_head, routing=parts[-1],
                        needed=mb.loss_mask)  # fmt: skip
@@ -179,7 +185,7 @@ def old_policy(
         raise ValueError("rl.routing_replay=r3 needs the engine's routing, but the trajectories carry none")
     if single_pass(cfg, batch.size, critic):
         return OldPolicy(torch.zeros_like(batch.loss_mask), None, None, single=True)
-    logp, values, routed = no_grad_pass(model, batch, critic, replay=cfg.routing_replay == "r3")
+    logp, values, routed = no_grad_pass(model, batch, critic, cfg.routing_replay == "r3", cfg.micro_batch)
     return OldPolicy(logp, values, routed, single=False)
 
 

@@ -1,0 +1,92 @@
+"""``harmonyrl plan``: the peers' anchors within stated bands, and bad input as one line.
+
+Anchors (issue 39): full fine-tuning with AdamW needs ~16 bytes a parameter; gpt-oss-20b full RL does not fit
+one 141 GB GPU and LoRA RL does; NeMo-RL runs 20b GRPO on 16 H100s and 120b on 128 (we accept 8-32 and 32-512:
+their layouts also hold a colocated vLLM and larger batches, docs/plan.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harmonyrl.cli import app
+from harmonyrl.config import load_config
+from harmonyrl.plan.estimate import plan_run
+from harmonyrl.plan.hardware import lookup
+from harmonyrl.plan.model_size import model_config
+from harmonyrl.trainer.footprint import Plan, estimate
+
+runner = CliRunner()
+GPU_RUN = ["model.precision=bf16", "model.gradient_checkpointing=true", "model.attention=harmonyrl_sink_sdpa",
+           "rollout.max_seq_len=4096", "rollout.engine.dtype=bfloat16", "rl.micro_batch=1"]  # fmt: skip
+
+
+def _plan(model: str, hardware: str, *overrides: str):  # type: ignore[no-untyped-def]
+    run = load_config(None, [*GPU_RUN, *overrides])
+    config, label = model_config(run, model)
+    return plan_run(run, config, label, lookup(hardware))
+
+
+def test_full_fine_tuning_with_adamw_is_16_bytes_a_parameter() -> None:
+    run = load_config(None, GPU_RUN)
+    config, _ = model_config(run, "gpt-oss-20b")
+    f = estimate(config, Plan(lora_rank=None, weight_bytes=4, reference="none", engine="none"))
+    params = f.weights / 4
+    assert (f.weights + f.grads + f.optimizer) / params == 16.0
+    assert 330e9 < f.weights + f.grads + f.optimizer < 340e9  # "≈ 340 GB for 20b"
+
+
+def test_gpt_oss_20b_lora_rl_fits_one_h200_and_full_rl_does_not() -> None:
+    lora = _plan("gpt-oss-20b", "h200", "model.lora.r=16")
+    assert lora.fits and lora.layout.devices == 1 and lora.memory.total / 2**30 < 120
+    full = _plan("gpt-oss-20b", "h200", "rl.kl.coef=0.01")
+    assert full.layout.train_devices > 1  # does not fit one device: sharded over several
+
+
+def test_the_peer_layouts_within_bands() -> None:
+    twenty = _plan("gpt-oss-20b", "h100", "rl.kl.coef=0.01")
+    assert twenty.fits and 8 <= twenty.layout.devices <= 32
+    big = _plan("gpt-oss-120b", "h100", "rl.kl.coef=0.01")
+    assert big.fits and 32 <= big.layout.devices <= 512
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model", "gpt-oss-7b"], "unknown model 'gpt-oss-7b'"),
+        (["--hardware", "tpu9"], "unknown hardware 'tpu9'"),
+        (["--price", "cheap"], "--price must be a number"),
+        (["--price", "nan"], "--price must be a finite number"),
+    ],
+)
+def test_bad_input_is_one_line(args: list[str], expected: str) -> None:
+    result = runner.invoke(app, ["plan", *args])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and expected in lines[0], result.output
+
+
+def test_lengths_beyond_the_model_positions_are_one_line(tmp_path: Path) -> None:
+    run = load_config(None, GPU_RUN)
+    config, _ = model_config(run, "gpt-oss-20b")
+    small = {**config.to_dict(), "max_position_embeddings": 2048}
+    (tmp_path / "config.json").write_text(json.dumps(small))
+    result = runner.invoke(app, ["plan", "--model", str(tmp_path), "rollout.max_seq_len=4096"])
+    assert result.exit_code == 2 and "exceeds" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_json_output_has_every_part() -> None:
+    result = runner.invoke(
+        app, ["plan", "--json", "--model", "gpt-oss-20b", *GPU_RUN, "model.lora.r=16", "--price", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (
+        data["fits"]
+        and data["layout"]["train_devices"] == 1
+        and data["cost"] == pytest.approx(3 * data["device_hours"])
+    )
+    assert set(data["memory_gib_per_train_device"]) >= {"weights", "activations", "kv_cache", "total (peak)"}
