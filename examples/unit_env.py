@@ -36,7 +36,7 @@ class UnitEnv:
 
     def __init__(self, task: Task, toolbox: Toolbox) -> None:
         self.task, self.tools = task, toolbox.specs
-        self.turns = ToolTurns(toolbox)  # tool calls -> observations (or masked env failures), counted
+        self.turns = ToolTurns(toolbox)  # tool calls (a KeyError on a bad unit too) -> observations, counted
 
     async def reset(self) -> list[Message]:
         self.turns.reset()

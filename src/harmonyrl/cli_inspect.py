@@ -20,26 +20,30 @@ def check_env_cmd(
     target: Annotated[
         str, typer.Argument(help="MODULE:FACTORY or path/to/file.py:FACTORY (a zero-argument callable).")
     ],
-    tasks: Annotated[int, typer.Option(min=1, help="Tasks to drive scripted episodes through.")] = 5,
+    tasks: Annotated[int, typer.Option(min=1, help="Train tasks to drive scripted episodes through.")] = 5,
 ) -> None:
-    """Check a user environment against the contract the rollout layer relies on; exit 1 on any error
-    (warnings, e.g. a tool without a description, are shown but do not fail it)."""
+    """Check a user environment against the contract the rollout layer relies on, and call every tool with wrong
+    arguments to show where each lands (an error observation the model reads, or a masked fault); exit 1 on any
+    error (warnings, e.g. a tool without a description, are shown but do not fail it)."""
     from rich.markup import escape
 
     from harmonyrl.envs.checker import check_target, errors
 
     try:
-        issues = check_target(target, n_tasks=tasks)
+        found = check_target(target, n_tasks=tasks)
     except TargetError as e:
         raise fail(f"{target}: {e}") from None
-    for issue in issues:
+    for issue in found.issues:
         mark = "[red]✗[/]" if issue.severity == "error" else "[yellow]![/]"
         console.print(f"{mark} {escape(str(issue))}", highlight=False, soft_wrap=True)
-    if errors(issues):
+    for line in found.summary():  # where the model's wrong arguments land: observations, or masked faults
+        console.print(f"· {escape(line)}", highlight=False, soft_wrap=True)
+    if errors(found.issues):
         raise typer.Exit(code=1)
-    warned = len(issues)
+    warned = len(found.issues)
     note = f", {warned} warning{'s' * (warned > 1)}" if warned else ""
-    console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({tasks} tasks{note})", soft_wrap=True)
+    driven = f"{min(tasks, found.train_tasks)} of {found.train_tasks} train tasks and 1 test task driven"
+    console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({driven}{note})", soft_wrap=True)
 
 
 def check_checkpoint_cmd(

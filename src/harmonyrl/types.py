@@ -66,8 +66,9 @@ def is_env_failure_kind(value: object) -> TypeGuard[FailureKind]:
     return value in ENV_FAILURE_KINDS
 
 
-ModelFaultKind = Literal["parse_error", "invalid_tool_args", "unknown_tool"]
-"""Model faults: shown to the model as observations / scored by the env, never masked."""
+ModelFaultKind = Literal["parse_error", "invalid_tool_args", "unknown_tool", "tool_error"]
+"""Model faults: shown to the model as observations / scored by the env, never masked. ``tool_error``: a tool
+raised while handling the model's arguments (the rule is in :mod:`harmonyrl.envs.tools`)."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,11 @@ def test_module_form_imports_from_the_working_directory(tmp_path: Path, monkeypa
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])  # no PYTHONPATH=.
     result = runner.invoke(app, ["check-env", "userpkg.units:UnitFactory", "--tasks", "2"])
     assert result.exit_code == 0, result.output
-    assert _lines(result.output) == ["✓ userpkg.units:UnitFactory: environment contract OK (2 tasks)"]
+    assert _lines(result.output) == [
+        "· convert: 10 calls with wrong arguments → 10 error observations (KeyError ×7, invalid arguments ×2, "
+        "invalid JSON ×1); none masked",
+        "✓ userpkg.units:UnitFactory: environment contract OK (2 of 712 train tasks and 1 test task driven)",
+    ]
 
 
 def test_untyped_tool_parameter_is_one_line_naming_tool_and_parameter(tmp_path: Path) -> None:
@@ -138,8 +142,9 @@ def test_warnings_alone_pass(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check-env", target, "--tasks", "2"])
     assert result.exit_code == 0, result.output
     lines = _lines(result.output)
-    assert len(lines) == 3 and lines[0].startswith("! tools [units-1 and 2 more tasks]: tool 'convert' has no")
-    assert lines[-1] == f"✓ {target}: environment contract OK (2 tasks, 2 warnings)"
+    assert len(lines) == 4 and lines[0].startswith("! tools [units-1 and 2 more tasks]: tool 'convert' has no")
+    assert lines[2].startswith("· convert: 10 calls with wrong arguments")
+    assert lines[-1] == f"✓ {target}: environment contract OK (2 of 712 train tasks and 1 test task driven, 2 warnings)"
 
 
 def test_the_users_own_exception_while_building_is_a_line_with_its_place(tmp_path: Path) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
 import pytest
 
-from harmonyrl.envs.checker import assert_env_ok, check_env
+from harmonyrl.envs.checker import acheck_report, assert_env_ok, check_env, errors, wrong_arguments
+from harmonyrl.envs.tools import EnvFault, Tool, Toolbox, tool
 from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.types import Message, StepResult, Task
 
@@ -83,3 +87,86 @@ def test_every_builtin_env_passes_check_env_from_its_default_config(env_cfg: obj
             pytest.skip(f"bubblewrap cannot run here: {e}")
     for cfg in (env_cfg, env_cfg.model_copy(update={"memory": True})):  # type: ignore[attr-defined]
         assert check_env(make_factory(cfg, seed=0), n_tasks=2, rebuild=lambda c=cfg: make_factory(c, seed=0)) == []
+
+
+# ---- wrong arguments: where each tool call lands --------------------------------------------------------
+
+
+def lookup(key: str, scale: float = 1.0) -> str:
+    """Look a key up.
+
+    Args:
+        key: A key.
+        scale: A factor.
+    """
+    return str({"a": 1.0}[key] * scale)
+
+
+def declares(key: str) -> str:
+    """Declares every bad key an infrastructure failure: a button a policy would find.
+
+    Args:
+        key: A key.
+    """
+    raise EnvFault(f"no {key}")
+
+
+class OwnDispatchEnv(CalculatorEnv):
+    """Runs ``lookup`` itself, letting its exception out of ``step``."""
+
+    async def step(self, action: Sequence[Message]) -> StepResult:
+        last = action[-1]
+        if last.is_tool_call:
+            return StepResult(observations=(Message("tool", lookup(**json.loads(last.content))),))
+        return await super().step(action)
+
+
+class ToolsFactory(CalculatorFactory):
+    def __init__(self, *tools: Tool, env: type[CalculatorEnv] = CalculatorEnv) -> None:
+        super().__init__(seed=0, n_train=20, n_test=5)
+        self._toolbox, self.env = Toolbox(list(tools)), env
+
+    def make(self, task: Task) -> CalculatorEnv:
+        return self.env(task, self._toolbox)
+
+
+def test_wrong_arguments_cover_json_schema_and_odd_values() -> None:
+    spec = tool(lookup).spec
+    assert wrong_arguments(spec) == [
+        "{not json",
+        '{"key": [[]], "scale": [[]]}',
+        "{}",
+        '{"key": "", "scale": 1.0}',
+        '{"key": "rect", "scale": 1.0}',
+        '{"key": "x", "scale": 0}',
+        '{"key": "x", "scale": -1}',
+        '{"key": "x", "scale": 1e+308}',
+    ]
+
+
+def test_a_tool_raising_on_wrong_arguments_lands_as_an_error_observation() -> None:
+    found = asyncio.run(acheck_report(ToolsFactory(tool(lookup)), n_tasks=1))
+    assert errors(found.issues) == []
+    assert Counter((p.landing, p.detail) for p in found.probes) == {
+        ("error observation", "KeyError"): 5,
+        ("error observation", "invalid arguments"): 2,
+        ("error observation", "invalid JSON"): 1,
+    }
+    assert found.summary() == [
+        "lookup: 8 calls with wrong arguments → 8 error observations (KeyError ×5, invalid arguments ×2, "
+        "invalid JSON ×1); none masked"
+    ]
+
+
+def test_a_masked_fault_on_the_models_argument_is_an_error() -> None:
+    declared = asyncio.run(acheck_report(ToolsFactory(tool(declares)), n_tasks=1))
+    [issue, *_] = errors(declared.issues)
+    assert 'declares({"key": ""}) was masked as tool_crash (declares raised EnvFault: no ): an exception' in str(issue)
+    assert declared.summary() == [
+        "declares: 5 calls with wrong arguments → 3 error observations (invalid arguments ×2, invalid JSON ×1), "
+        "2 masked faults (tool_crash ×2)"
+    ]
+    own = asyncio.run(acheck_report(ToolsFactory(tool(lookup), env=OwnDispatchEnv), n_tasks=1))
+    text = "\n".join(map(str, errors(own.issues)))
+    assert "was masked as env_error (step raised KeyError: 'rect')" in text  # the env's own step let it out
+    assert "lookup({not json) was masked as env_error (step raised JSONDecodeError" in text

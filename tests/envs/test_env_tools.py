@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from harmonyrl.envs.tools import Tool, Toolbox, observation, parse_docstring, tool
+from harmonyrl.envs.tools import EnvFault, Tool, Toolbox, declared_fault, observation, parse_docstring, tool
 from harmonyrl.types import Failure, Message
 
 
@@ -148,14 +148,27 @@ def test_sync_tools_run_off_the_event_loop() -> None:
 
 
 def boom(x: int) -> str:
-    """Always raises; TimeoutError from inside a tool is a crash, not our timeout."""
+    """Always raises; TimeoutError from inside a tool is the tool's answer to the call, not our timeout."""
     raise TimeoutError(f"inner {x}")
 
 
-def test_raising_tool_is_a_crash() -> None:
+def test_a_tool_raising_is_an_error_observation_not_a_masked_fault() -> None:
     out = call(tool(boom), {"x": 3})
-    assert out.kind == "tool_crash"
-    assert out.failure == Failure("tool_crash", "boom raised TimeoutError: inner 3")
+    assert (out.kind, out.failure, out.model_fault) == ("tool_error", None, "tool_error")
+    assert json.loads(out.text) == {"error": "boom raised TimeoutError: inner 3"}
+
+
+def down(x: int) -> str:
+    """Declares an infrastructure failure."""
+    raise EnvFault(f"backend {x} unreachable")
+
+
+def test_only_a_declared_env_fault_is_masked() -> None:
+    out = call(tool(down), {"x": 2})
+    assert (out.kind, out.text, out.model_fault) == ("tool_crash", "", None)
+    assert out.failure == Failure("tool_crash", "down raised EnvFault: backend 2 unreachable")
+    assert declared_fault(EnvFault("x", "sandbox_error")) == "sandbox_error"
+    assert declared_fault(KeyError("rect")) is None
 
 
 def emit(kind: str) -> object:
@@ -222,7 +235,8 @@ def test_toolbox_dispatch() -> None:
     assert kind == "invalid_json" and obs is not None and failure is None
 
     obs, failure, kind = asyncio.run(box.dispatch(_call("boom", '{"x": 1}')))
-    assert obs is None and failure is not None and kind == "tool_crash"
+    assert kind == "tool_error" and failure is None and obs is not None
+    assert json.loads(obs.content) == {"error": "boom raised TimeoutError: inner 1"}
 
 
 def test_toolbox_rejects_duplicates_and_non_calls() -> None:
@@ -294,5 +308,9 @@ def test_a_tool_can_classify_its_own_environment_fault() -> None:
     assert (
         down.failure is not None and down.failure.kind == "sandbox_error" and "could not start" in down.failure.detail
     )
-    bogus = asyncio.run(Tool.from_function(odd).call('{"x": 1}'))
-    assert bogus.failure is not None and bogus.failure.kind == "tool_crash"
+    bogus = asyncio.run(Tool.from_function(odd).call('{"x": 1}'))  # not a declared fault: the model reads it
+    assert (bogus.kind, bogus.failure, json.loads(bogus.text)) == (
+        "tool_error",
+        None,
+        {"error": "odd raised _Bogus: ?"},
+    )

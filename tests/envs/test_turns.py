@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from harmonyrl.envs.tools import Tool, Toolbox
+from harmonyrl.envs.tools import EnvFault, Tool, Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message
 
@@ -19,12 +19,21 @@ def echo(text: str) -> str:
 
 
 def broken(text: str) -> str:
-    """Always fails.
+    """Always fails, and says it is the environment's fault.
 
     Args:
         text: Anything.
     """
-    raise OSError("sandbox did not start")
+    raise EnvFault("backend did not start")
+
+
+def picky(text: str) -> str:
+    """Raises on what the model asked for.
+
+    Args:
+        text: Anything.
+    """
+    return {"hi": "hello"}[text]
 
 
 def call(name: str, args: str = '{"text": "hi"}') -> Message:
@@ -64,8 +73,16 @@ def test_tool_turns_count_and_dispatch() -> None:
     asyncio.run(play())
 
 
-def test_a_crashing_tool_is_an_environment_failure_not_an_observation() -> None:
+def test_a_declared_environment_fault_is_a_failure_not_an_observation() -> None:
     turns = ToolTurns(Toolbox([Tool.from_function(broken)]))
     result = asyncio.run(turns.step([call("broken")]))
     assert result is not None and result.failure is not None and result.failure.kind == "tool_crash"
     assert not result.observations and not turns.done
+
+
+def test_a_tool_raising_on_the_models_argument_is_an_observation_and_the_turn_goes_on() -> None:
+    turns = ToolTurns(Toolbox([Tool.from_function(picky)]))
+    result = asyncio.run(turns.step([call("picky", '{"text": "rect"}')]))
+    assert result is not None and result.failure is None and result.info == {"tool_error": 1.0}
+    assert [o.content for o in result.observations] == ['{"error": "picky raised KeyError: \'rect\'"}']
+    assert (turns.done, turns.tools_ran, turns.results) == (False, 0, [])

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pytest
 
 from fakes import ScriptedEngine, calculator_solver
-from harmonyrl.envs.tools import Tool, Toolbox
+from harmonyrl.envs.tools import EnvFault, Tool, Toolbox
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
@@ -281,3 +281,34 @@ def test_oversized_and_non_utf8_tool_output_is_an_observation() -> None:
     [traj] = out.trajectories
     assert (traj.failure, traj.reward) == (None, 1.0)
     assert traj.turns[0].observations[0].content == "\ufffd" * 100 + "\n…[truncated 9900 chars]"
+
+
+# ---- a tool raising on the model's argument teaches; only a declared fault is masked ------------------
+
+UNITS = {"km": 1000.0, "m": 1.0}
+
+
+def test_a_tool_raising_on_the_models_argument_is_read_graded_and_trained_on() -> None:
+    def calculator(expression: str) -> str:
+        """Raises KeyError on a unit it does not know, as the tutorial's ``convert`` did on "rect"."""
+        return str(UNITS[expression])
+
+    factory = ToolFactory(Tool.from_function(calculator))
+    out = rollout(factory, call_then_answer(call_ids('{"expression": "rect"}')), budget=30.0)
+    [traj] = out.trajectories
+    assert (traj.failure, traj.terminated, traj.reward) == (None, True, 1.0)  # graded on its answer as usual
+    [observation] = traj.turns[0].observations  # the model read what went wrong, in its context
+    assert json.loads(observation.content) == {"error": "calculator raised KeyError: 'rect'"}
+    assert "raised KeyError" in TOK.decode(list(traj.token_ids)) and any(traj.loss_mask)  # in what is trained on
+    assert out.fault_metrics()["rollout/faulted_groups"] == 0.0
+
+
+def test_a_tool_declaring_an_infrastructure_failure_is_masked() -> None:
+    def calculator(expression: str) -> str:
+        """Its backend is down."""
+        raise EnvFault("backend unreachable")
+
+    out = rollout(ToolFactory(Tool.from_function(calculator)), call_then_answer(call_ids('{"expression": "1"}')), 30.0)
+    [traj] = out.trajectories
+    assert traj.failure == Failure("tool_crash", "calculator raised EnvFault: backend unreachable")
+    assert (traj.reward, traj.terminated) == (0.0, False)  # a failure: the learner leaves it out of the loss

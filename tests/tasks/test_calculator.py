@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmonyrl.envs.tools import Tool, Toolbox
+from harmonyrl.envs.tools import EnvFault, Tool, Toolbox
 from harmonyrl.tasks.arith import calculator, evaluate
 from harmonyrl.tasks.calculator import (
     SHAPES,
@@ -204,13 +204,25 @@ def test_model_faults_are_observations(action: list[Message], needle: str) -> No
 
 def test_environment_fault_is_a_failure_not_a_score() -> None:
     def calculator(expression: str) -> str:
-        """A broken calculator."""
-        raise RuntimeError("disk on fire")
+        """A calculator whose backend is down."""
+        raise EnvFault("disk on fire")
 
     env = CalculatorEnv(TASK, Toolbox([Tool.from_function(calculator)]))
     [result] = run_episode([call('{"expression": "1"}')], env)
     assert result.failure is not None and result.failure.kind == "tool_crash"
     assert (result.terminated, result.truncated, result.observations) == (False, False, ())
+
+
+def test_a_tool_raising_on_the_models_argument_is_read_and_the_episode_graded() -> None:
+    def calculator(expression: str) -> str:
+        """A calculator that raises on what it cannot parse, as a user's tool will."""
+        return str(int(expression))
+
+    env = CalculatorEnv(TASK, Toolbox([Tool.from_function(calculator)]))
+    seen, graded = run_episode([call('{"expression": "rect"}'), final("10907")], env)
+    assert (seen.failure, seen.terminated, seen.info["tool_error"]) == (None, False, 1.0)
+    assert "calculator raised ValueError: invalid literal" in json.loads(seen.observations[0].content)["error"]
+    assert (graded.failure, graded.terminated, graded.reward) == (None, True, 1.0)
 
 
 def test_step_after_termination_raises() -> None:

@@ -71,7 +71,7 @@ def test_check_env_passes() -> None:
 def test_check_env_command_passes() -> None:
     result = CliRunner().invoke(app, ["check-env", "harmonyrl.tasks.instruct:InstructFactory", "--tasks", "3"])
     assert result.exit_code == 0, result.output
-    assert "environment contract OK (3 tasks)" in result.output
+    assert "environment contract OK (3 of 5000 train tasks and 1 test task driven)" in result.output
 
 
 def test_scripted_answers_earn_exact_rewards() -> None:

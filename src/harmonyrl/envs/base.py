@@ -11,8 +11,23 @@ loop while other episodes keep generating. It is a Protocol: users do not subcla
 
 ``step`` receives the messages the model produced in one turn; the last one decides what happens:
 a tool call (``recipient="functions.NAME"``) runs the tool and returns its result as an observation;
-a ``final`` message is graded. Environment faults (tool timeout/crash) come back as
-``StepResult.failure``; they are never scored as a wrong answer.
+a ``final`` message is graded.
+
+Who is to blame (invariant 5: terminated ≠ truncated ≠ failed) is decided by one rule:
+
+* **the model's doing is an observation.** Malformed or unknown tool calls, arguments that fail the schema and
+  any exception a tool raises while handling the model's arguments come back as an error observation the model
+  reads; the turn goes on and the episode is graded as usual. (A tool that raises on a bad argument does not
+  have to catch it: :class:`~harmonyrl.envs.tools.Toolbox` turns it into ``{"error": "convert raised KeyError:
+  'rect'"}``.)
+* **only what says nothing about the model is an environment fault**, returned as ``StepResult.failure`` and
+  masked out of the loss, never scored as a wrong answer: a tool call outliving its timeout, the sandbox or a
+  worker process dying, an injected fault (:mod:`harmonyrl.envs.faults`), ``make``/``reset``/``step``/``close``
+  themselves raising (the scheduler records ``env_error``), and a tool raising
+  :class:`~harmonyrl.envs.tools.EnvFault` to declare an infrastructure failure.
+
+An env that does its own dispatch must keep the same line; ``check-env`` calls every tool with wrong arguments
+and reports where each exception lands.
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@ relies on, as a list of issues rather than the first exception, so one run shows
 * API shape: ``reset`` returns messages, ``step`` returns a ``StepResult``, tools have object JSON schemas;
 * semantics: a ``final`` answer terminates, never terminated *and* truncated, rewards finite in [0, 1],
   ``info`` values are floats, a malformed tool call is an observation (model fault), not a crash or failure;
+* wrong arguments (:func:`wrong_arguments`): every tool is called with what a model will send sooner or later
+  (missing or mistyped fields, empty and unknown strings, zero, negative and huge numbers), and where each call
+  lands is recorded as a :class:`ToolProbe`: an error observation the model reads (``KeyError``, ``invalid
+  arguments``...), a plain result, or a masked environment fault. A masked fault caused by the model's own
+  arguments breaks invariant 5 (a policy heading for a 0 would learn to trigger it to escape), so it is an error;
+  a timeout is a warning (the rule masks timeouts, but the model's argument caused this one);
 * ``reset``/``step``/``close`` are ``async def`` (the rollout awaits them).
 
 An issue found for several tasks is reported once, with how many tasks share it. Warnings (a tool or a
@@ -22,8 +28,10 @@ import asyncio
 import inspect
 import json
 import math
+import re
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
@@ -158,6 +166,168 @@ def _check_tool_spec(spec: object) -> str | None:
     return None
 
 
+Landing = Literal["error observation", "result", "masked fault", "episode end"]
+
+
+@dataclass(frozen=True)
+class ToolProbe:
+    """Where one call with wrong arguments landed: ``landing`` and its class (the exception's type name for a
+    tool that raised, ``invalid arguments`` / ``invalid JSON`` for a call the schema refused, the failure kind for
+    a masked fault)."""
+
+    tool: str
+    arguments: str
+    landing: Landing
+    detail: str
+    message: str = ""
+    """The exception or failure text, where there is one."""
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """What :func:`acheck_report` found: the issues, and where each wrong-argument tool call landed."""
+
+    issues: list[CheckIssue]
+    probes: list[ToolProbe] = field(default_factory=list)
+    train_tasks: int = 0
+    """Tasks in the train split (the check drives a few of them)."""
+
+    def summary(self) -> list[str]:
+        """One line per tool: how its wrong-argument calls landed, by class."""
+        lines = []
+        for tool in dict.fromkeys(p.tool for p in self.probes):
+            mine = [p for p in self.probes if p.tool == tool]
+            by: dict[str, Counter[str]] = {}
+            for p in mine:
+                by.setdefault(p.landing, Counter())[p.detail] += 1
+            parts = [
+                f"{sum(c.values())} {landing}{'s' * (sum(c.values()) > 1)}"
+                + (f" ({', '.join(f'{k} ×{n}' for k, n in c.most_common())})" if landing != "result" else "")
+                for landing, c in by.items()
+            ]
+            masked = "" if "masked fault" in by else "; none masked"
+            lines.append(f"{tool}: {len(mine)} calls with wrong arguments → {', '.join(parts)}{masked}")
+        return lines
+
+
+def _example(schema: object) -> object:
+    """A value that fits ``schema`` (a JSON schema of one parameter), to hold the other fields still while one is
+    made wrong."""
+    if not isinstance(schema, dict):
+        return "x"
+    if "default" in schema:
+        return schema["default"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    for union in ("anyOf", "oneOf"):
+        options = [o for o in schema.get(union, []) if not (isinstance(o, dict) and o.get("type") == "null")]
+        if options:
+            return _example(options[0])
+    examples = {"string": "x", "integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}, "null": None}
+    kind = schema.get("type")
+    return examples.get(kind, "x") if isinstance(kind, str) else "x"
+
+
+_ODD: dict[str, tuple[object, ...]] = {
+    "string": ("", "rect"),
+    "integer": (0, -1, 10**30),
+    "number": (0, -1, 1e308),
+}
+"""Schema-valid values a tool must survive: they pass validation, so only the tool's own code meets them."""
+
+
+INVALID_JSON = "{not json"
+
+
+def wrong_arguments(spec: ToolSpec) -> list[str]:
+    """Argument JSONs a model will send sooner or later: not JSON, required fields missing, every field of the
+    wrong type, and for each string or number field (the others held at a fitting value) the empty and unknown
+    string, zero, a negative and a huge number."""
+    props = spec.parameters.get("properties", {})
+    props = props if isinstance(props, dict) else {}
+    base = {name: _example(schema) for name, schema in props.items()}
+    calls = [INVALID_JSON, json.dumps({name: [[]] for name in props} or {"unexpected": 1})]
+    if spec.parameters.get("required"):
+        calls.append("{}")
+    for name, schema in props.items():
+        kind = schema.get("type") if isinstance(schema, dict) else None
+        if isinstance(schema, dict) and "enum" in schema:
+            continue  # the schema itself refuses anything else
+        calls += [json.dumps({**base, name: odd}) for odd in _ODD.get(kind if isinstance(kind, str) else "", ())]
+    return calls
+
+
+_RAISED = re.compile(r"\braised (\w+)")
+
+
+def _landing(result: StepResult) -> tuple[Landing, str]:
+    """Where a tool call's step result landed, and its class."""
+    if result.failure is not None:
+        return "masked fault", result.failure.kind
+    if result.terminated or result.truncated:
+        return "episode end", "ended the episode"
+    text = result.observations[-1].content if result.observations else ""
+    try:
+        shown = json.loads(text)
+    except ValueError:
+        shown = None
+    error = shown.get("error") if isinstance(shown, dict) else None
+    if not isinstance(error, str) and not result.info.get("tool_error"):
+        return "result", "result"
+    error = error if isinstance(error, str) else text
+    if (m := _RAISED.search(error)) is not None:
+        return "error observation", m.group(1)
+    if "not valid JSON" in error:
+        return "error observation", "invalid JSON"
+    if error.startswith("invalid arguments"):
+        return "error observation", "invalid arguments"
+    return "error observation", "error text"
+
+
+async def _probe(factory: EnvFactory, task: Task, spec: ToolSpec, arguments: str) -> ToolProbe:
+    """One episode whose only turn calls ``spec`` with ``arguments``."""
+    call = Message("assistant", arguments, channel="commentary", recipient=f"functions.{spec.name}")
+    env = factory.make(task)
+    try:
+        await env.reset()
+        try:
+            result = await env.step([call])
+        finally:
+            await env.close()
+    except Exception as e:  # the scheduler records a raising step as a masked env_error
+        return ToolProbe(spec.name, arguments, "masked fault", "env_error", f"step raised {type(e).__name__}: {e}")
+    if not isinstance(result, StepResult):
+        return ToolProbe(spec.name, arguments, "result", "not a StepResult")  # type: ignore[unreachable]  # a user env
+    landing, detail = _landing(result)
+    return ToolProbe(spec.name, arguments, landing, detail, result.failure.detail if result.failure else "")
+
+
+def _probe_issue(probe: ToolProbe, task_id: str) -> CheckIssue | None:
+    """An issue for a probe that landed where the model's own argument must not."""
+    where = f"{probe.tool}({probe.arguments[:80]})"
+    if probe.landing == "masked fault" and probe.detail == "tool_timeout":
+        return CheckIssue("tools", f"{where} timed out: a masked fault the model's argument caused", task_id, "warning")
+    if probe.landing == "masked fault":
+        return CheckIssue(
+            "tools",
+            f"{where} was masked as {probe.detail} ({probe.message[:200]}): an exception on the model's own "
+            "argument must reach the model as an error observation (let a Toolbox run the tool; raise EnvFault "
+            "only for infrastructure failures), or a policy learns to trigger it to escape a low reward",
+            task_id,
+        )
+    if probe.arguments == INVALID_JSON and probe.landing != "error observation":
+        return CheckIssue(
+            "episode", f"bad call to {probe.tool}: invalid JSON must give an error observation (model fault)", task_id
+        )
+    return None
+
+
+async def _probe_tools(factory: EnvFactory, task: Task, specs: Sequence[ToolSpec]) -> list[ToolProbe]:
+    return [await _probe(factory, task, spec, arguments) for spec in specs for arguments in wrong_arguments(spec)]
+
+
 def _check_result(result: object, what: str) -> list[str]:
     if not isinstance(result, StepResult):
         return [f"{what}: step returned {type(result).__name__}, not StepResult"]
@@ -201,15 +371,18 @@ async def _episode(
     return (result if isinstance(result, StepResult) else None), problems
 
 
-async def _check_task(factory: EnvFactory, task: Task) -> list[CheckIssue]:
+async def _check_task(factory: EnvFactory, task: Task, probe: bool) -> tuple[list[CheckIssue], list[ToolProbe]]:
     env = factory.make(task)
     if (problem := _env_protocol(env)) is not None:
-        return [CheckIssue("protocol", problem, task.id)]
+        return [CheckIssue("protocol", problem, task.id)], []
     specs = [spec for spec in env.tools if isinstance(spec, ToolSpec)]
     warnings = [CheckIssue("tools", w, task.id, "warning") for spec in specs for w in _tool_warnings(spec)]
     # with a sync method every episode below would fail the same way: say why, once
-    problems = _not_async(env) or await _check_episodes(factory, task, env)
-    return [CheckIssue("episode", p, task.id) for p in problems] + warnings
+    not_async = _not_async(env)
+    problems = not_async or await _check_episodes(factory, task, env)
+    probes = await _probe_tools(factory, task, specs) if probe and not not_async else []
+    probed = [i for p in probes if (i := _probe_issue(p, task.id)) is not None]
+    return [CheckIssue("episode", p, task.id) for p in problems] + probed + warnings, probes
 
 
 async def _check_episodes(factory: EnvFactory, task: Task, env: Env) -> list[str]:
@@ -228,33 +401,38 @@ async def _check_episodes(factory: EnvFactory, task: Task, env: Env) -> list[str
         rewards.append(result.reward if result is not None else 0.0)
     if rewards[0] < rewards[1]:
         problems.append("Task.answer as the final answer scores lower than garbage")
-    for spec in tools:
-        label = f"bad call to {spec.name}"
-        call = Message("assistant", "{not json", channel="commentary", recipient=f"functions.{spec.name}")
-        result, found = await _episode(factory, task, [call], label)
-        problems += found
-        if result is not None and (result.failure or result.terminated or not result.observations):
-            problems.append(f"{label}: invalid JSON must give an error observation (model fault)")
     return problems
+
+
+async def acheck_report(
+    factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
+) -> EnvCheck:
+    """The issues, and where each wrong-argument tool call of the first task landed (tools are probed once:
+    their code does not depend on the task)."""
+    if (broken := protocol_issue(factory)) is not None:  # nothing else can be checked
+        return EnvCheck([broken])
+    try:
+        issues = _check_splits(factory, rebuild)
+        train = list(factory.tasks("train"))
+        tasks = train[:n_tasks] + list(factory.tasks("test"))[:1]
+    except Exception as e:  # report, don't crash: the point is to list everything that is wrong
+        return EnvCheck([CheckIssue("splits", f"raised {type(e).__name__}: {e}")])
+    probes: list[ToolProbe] = []
+    for i, task in enumerate(tasks):
+        try:
+            found, probed = await _check_task(factory, task, probe=i == 0)
+        except Exception as e:
+            found, probed = [CheckIssue("episode", f"raised {type(e).__name__}: {e}", task.id)], []
+        issues += found
+        probes += probed
+    return EnvCheck(dedupe(issues), probes, len(train))
 
 
 async def acheck_env(
     factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None
 ) -> list[CheckIssue]:
     """Async form of :func:`check_env`, for callers already inside an event loop."""
-    if (broken := protocol_issue(factory)) is not None:  # nothing else can be checked
-        return [broken]
-    try:
-        issues = _check_splits(factory, rebuild)
-        tasks = list(factory.tasks("train"))[:n_tasks] + list(factory.tasks("test"))[:1]
-    except Exception as e:  # report, don't crash: the point is to list everything that is wrong
-        return [CheckIssue("splits", f"raised {type(e).__name__}: {e}")]
-    for task in tasks:
-        try:
-            issues += await _check_task(factory, task)
-        except Exception as e:
-            issues.append(CheckIssue("episode", f"raised {type(e).__name__}: {e}", task.id))
-    return dedupe(issues)
+    return (await acheck_report(factory, n_tasks, rebuild)).issues
 
 
 def check_env(
@@ -265,8 +443,8 @@ def check_env(
     return asyncio.run(acheck_env(factory, n_tasks, rebuild))
 
 
-def check_target(target: str, n_tasks: int = 5) -> list[CheckIssue]:
-    """:func:`check_env` on ``MODULE:FACTORY`` or ``FILE.py:FACTORY``. A malformed target, a missing file,
+def check_target(target: str, n_tasks: int = 5) -> EnvCheck:
+    """:func:`acheck_report` on ``MODULE:FACTORY`` or ``FILE.py:FACTORY``. A malformed target, a missing file,
     module or attribute raise :class:`~harmonyrl.envs.loader.TargetError` (one line); the user's code failing
     while it is imported or while the factory is built (a tool whose schema cannot be derived, any other
     exception) is an issue, reported like the others."""
@@ -274,12 +452,14 @@ def check_target(target: str, n_tasks: int = 5) -> list[CheckIssue]:
         make = load_factory(target)
         factory = make()
     except ToolSchemaError as e:
-        return [CheckIssue("tools", str(e))]
+        return EnvCheck([CheckIssue("tools", str(e))])
     except TargetError:
         raise
     except Exception as e:
-        return [CheckIssue("load", f"building {target} raised {type(e).__name__}: {e}{where_in_user_code(e)}")]
-    return check_env(factory, n_tasks, rebuild=make)
+        return EnvCheck(
+            [CheckIssue("load", f"building {target} raised {type(e).__name__}: {e}{where_in_user_code(e)}")]
+        )
+    return asyncio.run(acheck_report(factory, n_tasks, rebuild=make))
 
 
 def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None) -> None:

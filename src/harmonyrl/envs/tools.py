@@ -10,14 +10,22 @@
     calc = tool(calculator)                      # or Tool.from_function(calculator, timeout_s=2.0)
     outcome = await calc.call('{"expression": "1 + 2"}')
 
-The call boundary is the one place where exceptions are turned into values, because what went wrong
-decides who is to blame (invariant 5 of the architecture):
+The call boundary is the one place where exceptions are turned into values, and it decides who is to blame
+(invariant 5 of the architecture). The rule, for every tool and every env built on :class:`Toolbox`:
 
-* model faults (``invalid_json``, ``invalid_arguments``, ``unknown_tool``) become an error observation the
-  model reads and learns from; they are never masked.
-* environment faults (``tool_timeout``, ``tool_crash`` = the tool itself raised) become a
-  :class:`~harmonyrl.types.Failure`; the episode is masked, never scored as a wrong answer. A tool that wants
-  to tell the model "bad input" must *return* an error text rather than raise.
+* whatever the model's call caused is an **error observation** the model reads: invalid JSON, arguments that do
+  not fit the schema, an unknown tool (``invalid_json``, ``invalid_arguments``, ``unknown_tool``), and any
+  exception the tool raises while handling the arguments (``tool_error``, e.g. ``KeyError: 'rect'`` for a unit
+  it does not know, shown as ``{"error": "convert raised KeyError: 'rect'"}``). The turn goes on and the episode is
+  graded as usual. Masking these instead would hand the policy a button: an episode heading for a 0 could escape
+  it by making a tool raise.
+* only what says nothing about the model is an **environment fault**, a :class:`~harmonyrl.types.Failure` that
+  masks the episode (never scored as a wrong answer): the call outliving its ``timeout_s`` (``tool_timeout``),
+  and an exception that declares itself one, :class:`EnvFault` (``tool_crash`` unless it names another kind,
+  e.g. ``sandbox_error``). Any exception whose ``failure_kind`` attribute names an environment fault kind counts
+  as declared: that is how the sandbox layer, which imports nothing from the rest, says its process could not
+  start. Injected faults (:mod:`harmonyrl.envs.faults`) and the env's own ``reset``/``step``/``close`` raising are
+  environment faults too, decided outside this module.
 
 Sync tools run in a worker thread of :data:`TOOL_THREADS` so other episodes keep generating. That pool is
 the tools' own, not the event loop's default executor: the default has only ``cpu + 4`` threads, which
@@ -43,26 +51,30 @@ from typing import Any, Literal, NamedTuple, cast
 import pydantic
 import pydantic_core
 
-from harmonyrl.types import Failure, Message, ModelFaultKind, ToolSpec, is_env_failure_kind
+from harmonyrl.types import Failure, FailureKind, Message, ModelFaultKind, ToolSpec, is_env_failure_kind
 
 TOOL_THREADS = ThreadPoolExecutor(max_workers=512, thread_name_prefix="harmonyrl-tool")
 """Threads for sync tools. Threads start lazily, so the size is a ceiling on concurrent blocking calls
 (one per in-flight episode is plenty), not a cost paid up front."""
 
 NAMESPACE = "functions"
-OutcomeKind = Literal["ok", "invalid_json", "invalid_arguments", "unknown_tool", "tool_timeout", "tool_crash"]
+OutcomeKind = Literal[
+    "ok", "invalid_json", "invalid_arguments", "unknown_tool", "tool_error", "tool_timeout", "tool_crash"
+]
 # The finer outcome kinds map onto the coarser shared vocabulary of types.py.
 _MODEL_FAULTS: dict[str, ModelFaultKind] = {
     "invalid_json": "invalid_tool_args",
     "invalid_arguments": "invalid_tool_args",
     "unknown_tool": "unknown_tool",
+    "tool_error": "tool_error",
 }
 _MAX_DETAIL_CHARS = 500
 
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """Result of one tool call. ``text`` is what the model sees (empty for environment faults)."""
+    """Result of one tool call. ``text`` is what the model sees (empty for environment faults, whose ``failure``
+    is set)."""
 
     kind: OutcomeKind
     text: str
@@ -191,6 +203,31 @@ def _schema_error(fn: Callable[..., object], error: Exception) -> ToolSchemaErro
     return ToolSchemaError(f"tool {fn.__name__!r}: no JSON schema: {str(error).splitlines()[0]}")
 
 
+class EnvFault(Exception):
+    """Raised by a tool to declare that the *environment* failed, not the model's call: a backend that is down, a
+    worker that died, a resource that could not be had. The episode is masked (``Failure(kind, message)``), never
+    scored. Raise it only for what says nothing about the model's arguments: any other exception is shown to the
+    model as an error observation (see the module docstring), and a fault the model's arguments can trigger is
+    a way out of a low reward that a policy will find.
+
+        try:
+            rows = backend.query(sql)
+        except ConnectionError as e:
+            raise EnvFault(f"database unreachable: {e}") from e
+    """
+
+    def __init__(self, message: str, kind: FailureKind = "tool_crash") -> None:
+        super().__init__(message)
+        self.failure_kind: FailureKind = kind
+
+
+def declared_fault(error: BaseException) -> FailureKind | None:
+    """The environment fault kind ``error`` declares (an :class:`EnvFault`, or any exception whose
+    ``failure_kind`` names a kind of :data:`~harmonyrl.types.FailureKind`), else None: the model's to read."""
+    kind = getattr(error, "failure_kind", None)
+    return kind if is_env_failure_kind(kind) else None
+
+
 class _Raised(NamedTuple):
     """A tool's own exception, carried out of ``wait_for`` so it is never confused with our timeout."""
 
@@ -245,11 +282,10 @@ class Tool:
             return ToolOutcome("tool_timeout", "", failure, time.perf_counter() - start)
         elapsed = time.perf_counter() - start
         if isinstance(result, _Raised):
-            detail = f"{self.name} raised {type(result.error).__name__}: {result.error}"
-            # a tool may classify its own environment fault (e.g. the sandbox did not start): ``failure_kind``
-            kind = getattr(result.error, "failure_kind", "tool_crash")
-            kind = kind if is_env_failure_kind(kind) else "tool_crash"
-            return ToolOutcome("tool_crash", "", Failure(kind, detail[:_MAX_DETAIL_CHARS]), elapsed)
+            detail = f"{self.name} raised {type(result.error).__name__}: {result.error}"[:_MAX_DETAIL_CHARS]
+            if (kind := declared_fault(result.error)) is not None:
+                return ToolOutcome("tool_crash", "", Failure(kind, detail), elapsed)
+            return ToolOutcome("tool_error", error_text(detail), None, elapsed)
         text, cut = truncate(result, self.max_output_chars)
         return ToolOutcome("ok", text, None, elapsed, cut)
 
@@ -261,7 +297,7 @@ class Tool:
                 loop = asyncio.get_running_loop()
                 value = await loop.run_in_executor(TOOL_THREADS, functools.partial(self.fn, **kwargs))
             return safe_text(value)  # conversion can raise too (a broken __repr__): still the tool's fault
-        except Exception as e:  # the tool boundary: any tool exception is a value from here on
+        except Exception as e:  # the tool boundary: any tool exception is a value from here on (see ``call``)
             return _Raised(e)
 
 
