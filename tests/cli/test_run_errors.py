@@ -295,6 +295,42 @@ def test_an_engine_exception_in_an_rl_step_stops_the_run_with_one_line_and_a_log
     assert not [r for r in rows if r["phase"] == "rl"]  # the step failed: nothing masked, nothing recorded
 
 
+def test_a_server_gone_past_its_wait_stops_the_run_with_one_line_and_a_resumable_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vLLM server that stayed down past ``rollout.engine.restart_wait_s`` (here: the embedded engine's generate
+    raising the client's failure in RL step 2) is the operator's to bring back, not an unexpected error."""
+    from harmonyrl.engine.local.engine import LocalEngine
+    from harmonyrl.engine.vllm import EngineFailure
+
+    steps: list[int] = []
+    real_sample, real_generate = collect_module.sample_step, LocalEngine.generate
+
+    def sample_step(*args: object, **kwargs: object) -> object:
+        steps.append(1)
+        return real_sample(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def generate(self: LocalEngine, *args: object, **kwargs: object) -> object:
+        if len(steps) == 2:
+            raise EngineFailure("vLLM server http://x did not answer /inference/v1/generate for 120.0 s")
+        return await real_generate(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(collect_module, "sample_step", sample_step)
+    monkeypatch.setattr(LocalEngine, "generate", generate)
+    run = tmp_path / "r"
+    text = one_line_error(runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=r"]), code=1)
+    assert "did not answer /inference/v1/generate for 120.0 s" in text and "unexpected" not in text
+    assert (
+        f"holds rl step 1 and the rows up to it are kept (bring the server back, then: harmonyrl train --resume {run})"
+        in text
+    )
+    assert "Traceback" in (run / "error.log").read_text()
+    monkeypatch.setattr(LocalEngine, "generate", real_generate)
+    result = resume(run)
+    assert result.exit_code == 0, result.output
+    assert "resuming after rl step 1" in " ".join(result.output.split())
+
+
 class BrokenFactory:
     """Every environment fails to start: the database behind it is gone."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +17,7 @@ from safetensors.torch import load_file
 
 from harmonyrl.config import ConfigError, load_config
 from harmonyrl.engine.config import VllmEngineConfig
-from harmonyrl.engine.vllm import EngineFailure, VllmEngine, request_body, sample_version
+from harmonyrl.engine.vllm import EngineFailure, VllmEngine, request_body, sample_version, unlabelled
 from harmonyrl.engine.vllm_check import check_server
 from harmonyrl.errors import EngineUnavailable
 from harmonyrl.types import SamplingParams
@@ -291,3 +292,114 @@ def test_engine_config_is_a_typed_union() -> None:
         load_config(overrides=["rollout.engine.kind=vllm"])
     with pytest.raises(ConfigError, match="routing_replay=r3 needs"):
         load_config(overrides=["rollout.engine.kind=vllm", "rollout.engine.model=m", "rl.routing_replay=r3"])
+
+
+# ---- a server that dies: waited for within restart_wait_s, sent the weights again when it comes back ----------
+
+
+class RestartingServer:
+    """A fake server that restarts (refusing connections ``down_for`` times, then answering as a fresh server:
+    its samples labelled ``"default"`` until it is sent weights) after the first ``crash_after`` generations."""
+
+    def __init__(self, crash_after: int, down_for: int) -> None:
+        self.crash_after, self.down_for = crash_after, down_for
+        self.version, self.generations, self.refused = "default", 0, 0
+        self.paths: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/inference/v1/generate" and self.generations == self.crash_after and self.refused < self.down_for:
+            self.refused += 1
+            if self.refused == self.down_for:
+                self.version = "default"  # back, with the weights it was started with
+            raise httpx.ConnectError("connection refused", request=request)
+        self.paths.append(path)
+        if path == "/collective_rpc":
+            return httpx.Response(200, json={"results": [{"protocol": 1, "tensors": 1, "sinks": 0}]})
+        if path == "/update_weight_version":
+            self.version = json.loads(request.content)["new_version"]
+        if path == "/inference/v1/generate":
+            self.generations += 1
+            return httpx.Response(200, json=answer([4], [-0.1], version=self.version))
+        return httpx.Response(200, json={})
+
+
+def test_a_restarted_server_is_sent_the_synced_weights_before_a_sample_is_kept(tmp_path: Path) -> None:
+    server = RestartingServer(crash_after=1, down_for=3)
+    client = engine(server, tmp_path, restart_wait_s=60)
+    window = client.metrics_window()
+
+    async def run() -> list[int]:
+        await client.sync_weights({"w": torch.ones(1)}, version=3)
+        first = await client.generate([1], PARAMS)  # before the crash
+        second = await client.generate([1], PARAMS)  # refused 3 times, then a fresh server: reload, then again
+        return [first.policy_version, second.policy_version]
+
+    assert asyncio.run(run()) == [3, 3]
+    sync = ["/pause", "/collective_rpc", "/update_weight_version", "/resume"]
+    generate = "/inference/v1/generate"
+    # the fresh server's "default" sample is dropped, the weights are loaded again, the request is sent again
+    assert server.paths == [*sync, generate, generate, *sync, generate]
+    metrics = window(1.0)
+    assert metrics["engine/reloads"] == 1.0 and metrics["engine/retries"] == 3.0
+
+
+def test_a_stale_sample_before_any_sync_is_kept() -> None:
+    """Before the first sync the server holds the weights it was started with: ``"default"`` is no restart."""
+    assert unlabelled(answer([4], [-0.1]))
+    server = RestartingServer(crash_after=-1, down_for=0)
+    client = engine(server, Path("unused"))
+    assert asyncio.run(client.generate([1], PARAMS)).policy_version == 0
+    assert server.paths == ["/inference/v1/generate"]
+
+
+def test_requests_in_flight_share_one_reload(tmp_path: Path) -> None:
+    server = RestartingServer(crash_after=-1, down_for=0)
+    client = engine(server, tmp_path)
+
+    async def run() -> None:
+        await client.sync_weights({"w": torch.ones(1)}, version=2)
+        server.version = "default"  # restarted between the sync and these requests
+        await asyncio.gather(*(client.generate([1], PARAMS) for _ in range(5)))
+
+    asyncio.run(run())
+    assert client.reloads == 1 and server.paths.count("/collective_rpc") == 2  # the sync, one reload
+
+
+def test_a_server_that_stays_down_fails_the_step_after_restart_wait_s(tmp_path: Path) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    client = engine(handler, tmp_path, restart_wait_s=0.3, retries=1)
+    start = time.monotonic()
+    with pytest.raises(
+        EngineFailure,
+        match=r"did not answer /inference/v1/generate for [0-9.]+ s \(rollout.engine.restart_wait_s=0.3\)",
+    ):
+        asyncio.run(client.generate([1], PARAMS))
+    assert 0.3 <= time.monotonic() - start < 5.0
+
+
+def test_a_dropped_connection_on_the_completions_route_reloads_the_weights(tmp_path: Path) -> None:
+    """That route labels no sample: a request that lost its connection cannot tell a restart from a blip."""
+    paths: list[str] = []
+    drops = [True]  # the first generation loses its connection, the next ones do not
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/completions" and drops and drops.pop():
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        paths.append(request.url.path)
+        if request.url.path == "/collective_rpc":
+            return httpx.Response(200, json={"results": [{"protocol": 1, "tensors": 1, "sinks": 0}]})
+        if request.url.path == "/v1/completions":
+            return httpx.Response(200, json={"choices": [{"token_ids": [4], "logprobs": {"token_logprobs": [-1.0]}}]})
+        return httpx.Response(200, json={})
+
+    client = engine(handler, tmp_path, route="completions")
+
+    async def run() -> None:
+        await client.sync_weights({"w": torch.ones(1)}, version=1)
+        await client.generate([1], PARAMS)
+
+    asyncio.run(run())
+    assert paths.count("/collective_rpc") == 2 and paths[-1] == "/v1/completions" and client.reloads == 1

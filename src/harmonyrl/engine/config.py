@@ -56,6 +56,10 @@ class VllmEngineConfig(Frozen):
     """Further attempts after a connection error, timeout or 5xx; then the step fails loudly."""
     backoff_s: float = Field(0.5, gt=0)
     """First wait between attempts; doubled each retry, capped at 30 s."""
+    restart_wait_s: float = Field(120.0, ge=0)
+    """How long a request waits for a server that refuses or drops connections (down, or restarting) before the
+    step fails and the run stops with one line; a restarted server is sent the current weights again before any
+    of its samples is kept."""
     weight_sync: Literal["reload", "none"] = "reload"
     """After each update: save the weights to ``sync_dir`` and have the server reload them (``reload``, needs
     ``VLLM_SERVER_DEV_MODE=1`` for ``/collective_rpc``), or leave the server's weights alone (``none``: the

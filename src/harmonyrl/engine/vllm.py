@@ -18,13 +18,24 @@ to the RL step (``/update_weight_version``) and generation resumes. The server m
 reports the policy version the server says sampled it (:attr:`Generation.policy_version`; the oldest, should a
 sample ever span a sync).
 
-Failures: connection errors, timeouts, 429 and 5xx are retried with exponential backoff; then the step fails with
-:class:`EngineFailure` (a harness failure, never an environment fault). A refused request (4xx) fails at once.
+Failures: timeouts, 429 and 5xx are retried ``retries`` times with exponential backoff; a server that refuses or
+drops connections (down, or restarting) is waited for until ``restart_wait_s`` has passed; then the step fails
+with :class:`EngineFailure` (a harness failure, never an environment fault; the trainer stops the run with one
+line, the run folder resumable). A refused request (4xx) fails at once.
+
+**A restarted server is sent the weights again.** A vLLM server that comes back after a crash holds the weights
+it was started with, not the ones synced since, and its samples are labelled ``"default"``. Once the client has
+synced, a sample so labelled is not kept: the client loads the last synced file (still in ``sync_dir``) into the
+server again (pause, reload, version, resume, as a sync), then sends the request again with its seed. One reload
+serves every request in flight (they compare the reload count they started with). The ``completions`` route
+labels no sample, so there a request that lost its connection reloads the weights before its answer is kept, and
+a restart no request saw (between two steps) goes unnoticed until the next sync: use the ``generate`` route.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -46,6 +57,12 @@ if TYPE_CHECKING:
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 """Server answers worth another attempt (overloaded, restarting); any other error status fails at once."""
 MAX_BACKOFF_S = 30.0
+RESTART_POLL_S = 2.0
+"""Longest wait between two attempts while the server is down: a restart is noticed within this."""
+MAX_ATTEMPTS = 10_000
+"""Bound on attempts of one request whatever the configured times (each waits at least ``backoff_s``)."""
+MAX_RELOADS = 3
+"""Reloads one request may trigger before a server that keeps losing its weights fails the step."""
 ROUTES = {"generate": "/inference/v1/generate", "completions": "/v1/completions"}
 
 
@@ -109,6 +126,16 @@ def parse_generation(
     return Generation(ids, logprobs, reason, None, version)
 
 
+def unlabelled(body: Any) -> bool:
+    """Whether the server labelled (part of) this sample with no synced version: ``"default"``, the label of a
+    server that has not been sent weights since it started. False for an answer without labels."""
+    try:
+        spans = body["choices"][0].get("weight_versions") or []
+        return any(not str(span["version"]).isdigit() for span in spans)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
 def sample_version(spans: Sequence[Mapping[str, Any]], fallback: int) -> int:
     """The policy version of a sample from vLLM's ``weight_versions`` spans (``{"version", "start", "end"}`` over the
     output tokens): the oldest one, so a staleness bound holds for every token; ``fallback`` (the client's last
@@ -143,8 +170,12 @@ class VllmEngine:
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._lock: asyncio.Lock | None = None
+        """Held by a sync or a reload: one at a time, never beside each other."""
         self.policy_version = 0
-        self.requests = self.tokens = self.retries = 0
+        self.synced: int | None = None
+        """The version of the file in :attr:`sync_dir` once a sync has completed (None: none yet, or one failed)."""
+        self.requests = self.tokens = self.retries = self.reloads = 0
         self.sync_seconds = 0.0
 
     # ---------------------------------------------------------------- Engine protocol
@@ -160,8 +191,18 @@ class VllmEngine:
         route = self.config.route
         body = request_body(route, self.config.model, prompt, params, limit)
         client, slots = self._connection()
-        async with slots:
-            answer = await self._post(client, ROUTES[route], body)
+        for _ in range(MAX_RELOADS + 1):
+            reloads = self.reloads
+            async with slots:
+                answer, dropped = await self._send(client, ROUTES[route], body)
+            if not self._lost_weights(answer, dropped, route):
+                break
+            await self._reload(reloads)  # a restarted server: the synced weights again, then the same request
+        else:
+            raise EngineFailure(
+                f"vLLM server {self.config.url} lost its weights {MAX_RELOADS + 1} times in one request "
+                "(it keeps restarting)"
+            )
         generation = parse_generation(route, answer, params.stop_ids, self.policy_version)
         self.requests, self.tokens = self.requests + 1, self.tokens + len(generation.token_ids)
         return generation
@@ -171,27 +212,61 @@ class VllmEngine:
         if self.config.weight_sync == "none":
             return
         start = time.perf_counter()
-        path = save_weights(state_dict, self.sync_dir)
+        async with self._guard():
+            self.synced = None  # the file changes now; until the server holds it, nothing can be reloaded
+            save_weights(state_dict, self.sync_dir)
+            await self._load(version)
+            self.policy_version = self.synced = version
+        self.sync_seconds += time.perf_counter() - start
+
+    def _lost_weights(self, answer: Any, dropped: bool, route: str) -> bool:
+        """Whether ``answer`` may come from a server that restarted since the last sync (module docstring)."""
+        if self.synced is None or self.config.weight_sync == "none":
+            return False
+        return unlabelled(answer) or (dropped and route == "completions")
+
+    async def _reload(self, seen: int) -> None:
+        """Load the last synced weights into the server again, unless a reload happened since the caller's request
+        was sent (``seen``: :attr:`reloads` then)."""
+        async with self._guard():
+            if self.reloads != seen:
+                return
+            if self.synced is None:
+                raise EngineFailure(f"vLLM server {self.config.url} lost its weights and no complete sync is saved")
+            await self._load(self.synced)
+            self.reloads += 1
+
+    async def _load(self, version: int) -> None:
+        """Pause generation, have the server load :attr:`sync_dir`, label it ``version``, resume."""
         client, _ = self._connection()
         await self._post(client, "/pause", None, {"mode": "wait"})
         try:
-            rpc = {"method": "harmonyrl_load_weights", "kwargs": {"weights_path": str(path.parent)}}
+            rpc = {"method": "harmonyrl_load_weights", "kwargs": {"weights_path": str(self.sync_dir)}}
             check_loaded(await self._post(client, "/collective_rpc", rpc))
             await self._post(client, "/update_weight_version", {"new_version": str(version)})
-        finally:
-            await self._post(client, "/resume", None)
-        self.policy_version = version
-        self.sync_seconds += time.perf_counter() - start
+        except EngineFailure:  # generation resumes after a failed load; one attempt: the server may be gone
+            with contextlib.suppress(EngineFailure):
+                await self._send(client, "/resume", None, patient=False)
+            raise
+        await self._post(client, "/resume", None)
+
+    def _guard(self) -> asyncio.Lock:
+        self._connection()
+        assert self._lock is not None
+        return self._lock
 
     def metrics_window(self) -> MetricsWindow:
-        """``engine/*`` metrics of a window: requests, tokens per second, retries and weight-sync time."""
+        """``engine/*`` metrics of a window: requests, tokens per second, retries, reloads into a restarted server
+        and weight-sync time."""
         requests, tokens, retries, sync = self.requests, self.tokens, self.retries, self.sync_seconds
+        reloads = self.reloads
 
         def close(wall_s: float) -> dict[str, float]:
             return {
                 "engine/requests": float(self.requests - requests),
                 "engine/tokens_per_s": (self.tokens - tokens) / max(wall_s, 1e-9),
                 "engine/retries": float(self.retries - retries),
+                "engine/reloads": float(self.reloads - reloads),
                 "engine/sync_s": self.sync_seconds - sync,
             }
 
@@ -201,7 +276,7 @@ class VllmEngine:
         """Close the HTTP connections (requests in flight are cancelled by their callers)."""
         if self._client is not None and self._loop is not None and not self._loop.is_closed():
             await self._client.aclose()
-        self._client, self._loop, self._slots = None, None, None
+        self._client, self._loop, self._slots, self._lock = None, None, None, None
 
     # ---------------------------------------------------------------- HTTP
 
@@ -214,32 +289,63 @@ class VllmEngine:
             timeout = httpx.Timeout(c.request_timeout_s, connect=c.connect_timeout_s)
             limits = httpx.Limits(max_connections=c.max_concurrency + 4)  # + the sync calls
             self._client = httpx.AsyncClient(base_url=c.url, timeout=timeout, limits=limits, transport=self._transport)
-            self._loop, self._slots = loop, asyncio.Semaphore(c.max_concurrency)
+            self._loop, self._slots, self._lock = loop, asyncio.Semaphore(c.max_concurrency), asyncio.Lock()
         return self._client, self._slots
 
     async def _post(
         self, client: httpx.AsyncClient, path: str, body: Any, params: Mapping[str, str] | None = None
     ) -> Any:
-        """POST with bounded retries on connection errors, timeouts, 429 and 5xx; the parsed JSON (None if empty)."""
+        """POST with bounded retries (see :meth:`_send`); the parsed JSON (None if empty)."""
+        return (await self._send(client, path, body, params))[0]
+
+    async def _send(
+        self,
+        client: httpx.AsyncClient,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None = None,
+        patient: bool = True,
+    ) -> tuple[Any, bool]:
+        """POST; the parsed JSON and whether a connection was refused or dropped on the way. Timeouts, 429 and 5xx
+        are retried ``retries`` times; refused or dropped connections until ``restart_wait_s`` has passed since
+        the first (a server restarting); the wait doubles from ``backoff_s``. Not ``patient``: one attempt."""
         httpx = load_httpx()
-        delay, attempts = self.config.backoff_s, self.config.retries + 1
-        last = ""
-        for attempt in range(attempts):
+        c = self.config
+        if not patient:
+            c = c.model_copy(update={"retries": 0, "restart_wait_s": 0.0})
+        delay, retried, down_since, last = c.backoff_s, 0, None, ""
+        for _ in range(MAX_ATTEMPTS):
             try:
                 response = await client.post(path, json=body, params=params)
-            except httpx.TransportError as e:  # connect errors, timeouts, dropped connections
+            except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as e:
                 last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                down_since = time.monotonic() if down_since is None else down_since
+                down_s = time.monotonic() - down_since
+                if down_s >= c.restart_wait_s and retried >= c.retries:
+                    raise EngineFailure(
+                        f"vLLM server {c.url} did not answer {path} for {down_s:.1f} s "
+                        f"(rollout.engine.restart_wait_s={c.restart_wait_s:g}); last: {last}"
+                    ) from None
+                wait = min(delay, RESTART_POLL_S) if down_s < c.restart_wait_s else delay
+            except httpx.TransportError as e:  # timeouts
+                last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                if retried >= c.retries:
+                    break
+                wait = delay
             else:
                 if response.status_code < 400:
-                    return _json(response, path)
+                    return _json(response, path), down_since is not None
                 last = f"HTTP {response.status_code}: {_detail(response)}"
                 if response.status_code not in RETRIED_STATUS:
-                    raise EngineFailure(f"vLLM server {self.config.url} refused {path}: {last}")
-            if attempt + 1 < attempts:
-                self.retries += 1
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
-        raise EngineFailure(f"vLLM server {self.config.url} failed {path} {attempts} times; last: {last}")
+                    raise EngineFailure(f"vLLM server {c.url} refused {path}: {last}")
+                if retried >= c.retries:
+                    break
+                wait = delay
+            retried += 1
+            self.retries += 1
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+        raise EngineFailure(f"vLLM server {c.url} failed {path} {retried + 1} times; last: {last}")
 
 
 def _json(response: httpx.Response, path: str) -> Any:

@@ -96,27 +96,36 @@ def server_command(python: Path, folder: Path, name: str, port: int, max_model_l
 @contextlib.contextmanager
 def serve(folder: Path, name: str, max_model_len: int, log: Path, timeout_s: float = 900.0) -> Iterator[str]:
     """Run a server for ``folder`` while the block runs; yields its base URL. Output goes to ``log``."""
-    port, python = free_port(), venv_python()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="harmonyrl-vllm-path-") as path:
-        python_path = os.pathsep.join(p for p in (str(package_path(Path(path))), os.environ.get("PYTHONPATH")) if p)
-        env = os.environ | {
-            "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore",
-            "PYTHONPATH": python_path,
-        }  # fmt: skip
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                server_command(python, folder, name, port, max_model_len),
-                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            )  # fmt: skip
+        proc = launch(folder, name, port, max_model_len, log, Path(path))
         url = f"http://127.0.0.1:{port}"
         try:
-            _wait_healthy(url, proc, log, timeout_s)
+            wait_healthy(url, proc, log, timeout_s)
             yield url
         finally:
-            _stop(proc)
+            stop(proc)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+def launch(folder: Path, name: str, port: int, max_model_len: int, log: Path, path: Path) -> subprocess.Popen[bytes]:
+    """Start a server for ``folder`` on 127.0.0.1:``port`` in a process group of its own (API server, engine core,
+    worker), output to ``log``; ``path`` is an empty folder for the ``PYTHONPATH`` link (:func:`package_path`),
+    kept while the server runs. Returns at once: :func:`wait_healthy` waits for it, :func:`stop` stops it."""
+    python = venv_python()
+    python_path = os.pathsep.join(p for p in (str(package_path(path)), os.environ.get("PYTHONPATH")) if p)
+    env = os.environ | {
+        "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": python_path,
+    }  # fmt: skip
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            server_command(python, folder, name, port, max_model_len),
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    """Return once ``url/health`` answers 200; a one-line error when the server exits first or after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -129,7 +138,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s:
     raise EngineUnavailable(f"the vllm server at {url} was not healthy after {timeout_s:.0f} s (log: {log})")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the server's process group (API server, engine core, worker), SIGKILL it if it lingers."""
     if proc.poll() is not None:
         return
