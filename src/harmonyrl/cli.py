@@ -189,7 +189,7 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
     from harmonyrl.trainer.ranks import RankZeroStopped
-    from harmonyrl.trainer.run_errors import RunFolderError
+    from harmonyrl.trainer.run_errors import EngineStopped, RunFolderError
     from harmonyrl.trainer.run_folder import discard_if_unstarted
 
     run_dir = cfg.output_dir / str(cfg.run_name)
@@ -200,7 +200,7 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
         raise typer.Exit(code=2) from None
     except USER_ERRORS as e:
         raise fail(str(e)) from None
-    except (RunFolderError, FaultBreakerTripped) as e:
+    except (RunFolderError, EngineStopped, FaultBreakerTripped) as e:
         raise fail(str(e), code=1) from None
     except Exception as e:
         raise _run_failed(e) from None
