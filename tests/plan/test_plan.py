@@ -90,3 +90,18 @@ def test_json_output_has_every_part() -> None:
         and data["cost"] == pytest.approx(3 * data["device_hours"])
     )
     assert set(data["memory_gib_per_train_device"]) >= {"weights", "activations", "kv_cache", "total (peak)"}
+
+
+def test_every_run_records_its_plan_beside_its_measurements(tmp_path: Path) -> None:
+    from tiny_run import tiny_run
+
+    out = tmp_path / "runs"
+    result = runner.invoke(app, ["train", *tiny_run("rl.skip_zero_variance_groups=false"), f"output_dir={out}",
+                                 "run_name=r"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "plan check: RL step predicted" in result.output
+    plan = json.loads((out / "r" / "summary.json").read_text())["plan"]
+    assert set(plan["predicted"]) == set(plan["measured"]) == {"step_s", "rollout_s", "update_s", "memory_gib"}
+    assert all(v is not None and v > 0 for v in plan["measured"].values())
+    ratio = plan["predicted_over_measured"]
+    assert ratio["step_s"] == pytest.approx(plan["predicted"]["step_s"] / plan["measured"]["step_s"])

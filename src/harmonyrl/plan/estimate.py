@@ -19,7 +19,8 @@ Throughput bounds, per device, with stated utilisations (:data:`TRAIN_MFU`, :dat
 A step is rollout (generated tokens at the decode rate, prompts at the prefill rate, or — if longer — every turn
 of one episode in series with its tool latency), the update, and the weight sync; the async pipeline overlaps
 rollout and update. Token counts are upper bounds from the config (every turn generates ``max_new_tokens``,
-every episode reaches ``max_seq_len``) unless ``gen_tokens`` is given. What this leaves out: docs/plan.md.
+every episode reaches ``max_seq_len``) unless ``gen_tokens`` / ``seq_tokens`` (an episode's mean generated and
+total tokens, e.g. measured) are given. What this leaves out: docs/plan.md.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def plan_run(
     *,
     price: float | None = None,
     tool_latency_s: float = 0.0,
-    gen_tokens: int | None = None,
+    gen_tokens: float | None = None,
+    seq_tokens: float | None = None,
 ) -> RunPlan:
     """The plan of ``run`` with the model ``config`` on ``hardware`` (module docstring)."""
     capacity = hardware.memory_gib * HEADROOM * GIB
@@ -166,13 +168,13 @@ def plan_run(
     per_token = active * (4 + 2 * (colocated.lora_rank is None) + 2 * colocated.checkpointing)
     scoring = active * (2 + 2 * (colocated.reference != "none"))
     train = layout.train_devices * peak * TRAIN_MFU / per_token
-    step = step_time(run, config, decode, prefill, train, scoring / per_token, hardware, tool_latency_s, gen_tokens,
-                     separate=layout.rollout_devices > 0)  # fmt: skip
+    step = step_time(run, config, decode, prefill, train, scoring / per_token, hardware, tool_latency_s,
+                     (gen_tokens, seq_tokens), separate=layout.rollout_devices > 0)  # fmt: skip
     return RunPlan(label, hardware, _count(config), active, memory, rollout_gib, fits, layout, decode, prefill,
                    train, step, run.rl.steps, price, notes(run, gen_tokens))  # fmt: skip
 
 
-def notes(run: RunConfig, gen_tokens: int | None) -> tuple[str, ...]:
+def notes(run: RunConfig, gen_tokens: float | None) -> tuple[str, ...]:
     """What the plan leaves out for ``run``."""
     out = []
     if run.model.attention in ("eager", "harmonyrl_eager"):
@@ -239,19 +241,21 @@ def step_time(
     scoring_share: float,
     hw: Hardware,
     tool_latency_s: float,
-    gen_tokens: int | None,
+    tokens: tuple[float | None, float | None],
     separate: bool,
 ) -> StepTime:
     """One RL step's phases in seconds (module docstring). ``scoring_share``: the no-grad passes' FLOPs over the
-    update's, per token; ``separate``: the rollout engine is on devices of its own (weights move every step)."""
+    update's, per token; ``tokens``: an episode's generated and total tokens (None: the config's bounds);
+    ``separate``: the rollout engine is on devices of its own (weights move every step)."""
     r = run.rollout
     episodes = r.tasks_per_step * r.group_size
+    gen_tokens, seq_tokens = tokens
     generated = gen_tokens if gen_tokens is not None else min(r.max_turns * r.max_new_tokens, r.max_seq_len)
+    length = seq_tokens if seq_tokens is not None else r.max_seq_len
     batch = min(episodes, r.engine.max_batch if isinstance(r.engine, LocalEngineConfig) else 64)
     serial = r.max_turns * (tool_latency_s + r.max_new_tokens * batch / decode)  # one episode's turns, in series
-    rollout = max(episodes * generated / decode + episodes * r.max_seq_len / prefill, serial)
-    tokens = episodes * r.max_seq_len
-    update = tokens * (run.rl.epochs + scoring_share) / train
+    rollout = max(episodes * generated / decode + episodes * length / prefill, serial)
+    update = episodes * length * (run.rl.epochs + scoring_share) / train
     sync = 0.0
     if separate:  # what trained, in bf16, over the devices' link
         moved = estimate(config, dataclasses.replace(trainer_plan(run), engine="shared")).engine_weights

@@ -52,19 +52,35 @@ def lookup(name: str) -> Hardware:
         raise UnknownHardware(f"unknown hardware {name!r}; choose from {', '.join(HARDWARE)} or --calibrate") from None
 
 
-def calibrate(seconds: float = 2.0) -> Hardware:
-    """This machine, measured: fp32 matrix FLOP/s (a 1024² product) and memory bandwidth (a 256 MiB copy), each
-    the best of repeated runs within ``seconds``; memory is the host's ``MemAvailable``."""
+def calibrate(seconds: float = 2.0, device: str = "cpu") -> Hardware:
+    """``device`` on this machine, measured: matrix FLOP/s (a 1024² product, in fp32 and, on a GPU, bf16) and
+    memory bandwidth (a 256 MiB copy), each the best of repeated runs within ``seconds``; memory is the host's
+    ``MemAvailable`` or the GPU's total."""
     import torch
 
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    flops = 2 * 1024**3 / _best(lambda: a @ b, seconds / 2)
-    src = torch.empty(64 << 20)  # 256 MiB of fp32
+    def timed(fn: Callable[[], object]) -> float:
+        def run() -> None:
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        return _best(run, seconds / 3)
+
+    a, b = torch.randn(1024, 1024, device=device), torch.randn(1024, 1024, device=device)
+    fp32 = 2 * 1024**3 / timed(lambda: a @ b)
+    bf16 = fp32
+    if device == "cuda":
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        bf16 = 2 * 1024**3 / timed(lambda: a16 @ b16)
+    src = torch.empty(64 << 20, device=device)  # 256 MiB of fp32
     dst = torch.empty_like(src)
-    copy_s = _best(lambda: dst.copy_(src), seconds / 2)
-    bandwidth = 2 * src.numel() * 4 / copy_s  # read and write
-    memory = _mem_available_gib()
-    return Hardware("this machine", memory, flops / 1e12, flops / 1e12, bandwidth / 1e9, bandwidth / 1e9)
+    bandwidth = 2 * src.numel() * 4 / timed(lambda: dst.copy_(src))  # read and write
+    if device == "cuda":
+        memory = torch.cuda.get_device_properties(0).total_memory / 2**30
+        name = f"{torch.cuda.get_device_name(0)} (measured)"
+    else:
+        memory, name = _mem_available_gib(), "this machine (measured)"
+    return Hardware(name, memory, bf16 / 1e12, fp32 / 1e12, bandwidth / 1e9, bandwidth / 1e9)
 
 
 def _best(fn: Callable[[], object], seconds: float) -> float:

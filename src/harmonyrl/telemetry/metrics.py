@@ -34,6 +34,7 @@ def summarize_rollouts(trajs: Sequence[Trajectory], prefix: str = "rollout") -> 
         f"{prefix}/truncated_rate": sum(t.truncated for t in ok) / m,
         f"{prefix}/completion_rate": sum(t.terminated and not t.truncated for t in ok) / max(n, 1),
         f"{prefix}/response_tokens": sum(t.num_sampled for t in ok) / m,
+        f"{prefix}/episode_tokens": sum(len(t.token_ids) for t in ok) / m,
         f"{prefix}/turns": sum(len(t.turns) for t in ok) / m,
         f"{prefix}/parity_mismatches": float(sum(t.parity_mismatches for t in trajs)),
         f"{prefix}/failed": float(n - len(ok)),
