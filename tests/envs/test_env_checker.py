@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 
 from harmonyrl.envs.checker import acheck_report, assert_env_ok, check_env, errors, wrong_arguments
-from harmonyrl.envs.tools import EnvFault, Tool, Toolbox, tool
+from harmonyrl.envs.tools import Tool, Toolbox, ToolInfraError, tool
 from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
 from harmonyrl.types import Message, StepResult, Task
 
@@ -108,7 +108,7 @@ def declares(key: str) -> str:
     Args:
         key: A key.
     """
-    raise EnvFault(f"no {key}")
+    raise ToolInfraError(f"no {key}")
 
 
 class OwnDispatchEnv(CalculatorEnv):
@@ -161,7 +161,9 @@ def test_a_tool_raising_on_wrong_arguments_lands_as_an_error_observation() -> No
 def test_a_masked_fault_on_the_models_argument_is_an_error() -> None:
     declared = asyncio.run(acheck_report(ToolsFactory(tool(declares)), n_tasks=1))
     [issue, *_] = errors(declared.issues)
-    assert 'declares({"key": ""}) was masked as tool_crash (declares raised EnvFault: no ): an exception' in str(issue)
+    assert 'declares({"key": ""}) was masked as tool_crash (declares raised ToolInfraError: no ): an exception' in str(
+        issue
+    )
     assert declared.summary() == [
         "declares: 5 calls with wrong arguments → 3 error observations (invalid arguments ×2, invalid JSON ×1), "
         "2 masked faults (tool_crash ×2)"

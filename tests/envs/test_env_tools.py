@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from harmonyrl.envs.tools import EnvFault, Tool, Toolbox, declared_fault, observation, parse_docstring, tool
+from harmonyrl.envs.tools import Tool, Toolbox, ToolInfraError, declared_fault, observation, parse_docstring, tool
 from harmonyrl.types import Failure, Message
 
 
@@ -160,14 +160,14 @@ def test_a_tool_raising_is_an_error_observation_not_a_masked_fault() -> None:
 
 def down(x: int) -> str:
     """Declares an infrastructure failure."""
-    raise EnvFault(f"backend {x} unreachable")
+    raise ToolInfraError(f"backend {x} unreachable")
 
 
 def test_only_a_declared_env_fault_is_masked() -> None:
     out = call(tool(down), {"x": 2})
     assert (out.kind, out.text, out.model_fault) == ("tool_crash", "", None)
-    assert out.failure == Failure("tool_crash", "down raised EnvFault: backend 2 unreachable")
-    assert declared_fault(EnvFault("x", "sandbox_error")) == "sandbox_error"
+    assert out.failure == Failure("tool_crash", "down raised ToolInfraError: backend 2 unreachable")
+    assert declared_fault(ToolInfraError("x", "sandbox_error")) == "sandbox_error"
     assert declared_fault(KeyError("rect")) is None
 
 

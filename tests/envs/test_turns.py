@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from harmonyrl.envs.tools import EnvFault, Tool, Toolbox
+from harmonyrl.envs.tools import Tool, Toolbox, ToolInfraError
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.types import Message
 
@@ -24,7 +24,7 @@ def broken(text: str) -> str:
     Args:
         text: Anything.
     """
-    raise EnvFault("backend did not start")
+    raise ToolInfraError("backend did not start")
 
 
 def picky(text: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pytest
 
 from fakes import ScriptedEngine, calculator_solver
-from harmonyrl.envs.tools import EnvFault, Tool, Toolbox
+from harmonyrl.envs.tools import Tool, Toolbox, ToolInfraError
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
@@ -306,9 +306,9 @@ def test_a_tool_raising_on_the_models_argument_is_read_graded_and_trained_on() -
 def test_a_tool_declaring_an_infrastructure_failure_is_masked() -> None:
     def calculator(expression: str) -> str:
         """Its backend is down."""
-        raise EnvFault("backend unreachable")
+        raise ToolInfraError("backend unreachable")
 
     out = rollout(ToolFactory(Tool.from_function(calculator)), call_then_answer(call_ids('{"expression": "1"}')), 30.0)
     [traj] = out.trajectories
-    assert traj.failure == Failure("tool_crash", "calculator raised EnvFault: backend unreachable")
+    assert traj.failure == Failure("tool_crash", "calculator raised ToolInfraError: backend unreachable")
     assert (traj.reward, traj.terminated) == (0.0, False)  # a failure: the learner leaves it out of the loss

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmonyrl.envs.tools import EnvFault, Tool, Toolbox
+from harmonyrl.envs.tools import Tool, Toolbox, ToolInfraError
 from harmonyrl.tasks.arith import calculator, evaluate
 from harmonyrl.tasks.calculator import (
     SHAPES,
@@ -205,7 +205,7 @@ def test_model_faults_are_observations(action: list[Message], needle: str) -> No
 def test_environment_fault_is_a_failure_not_a_score() -> None:
     def calculator(expression: str) -> str:
         """A calculator whose backend is down."""
-        raise EnvFault("disk on fire")
+        raise ToolInfraError("disk on fire")
 
     env = CalculatorEnv(TASK, Toolbox([Tool.from_function(calculator)]))
     [result] = run_episode([call('{"expression": "1"}')], env)

@@ -24,7 +24,7 @@ Who is to blame (invariant 5: terminated ≠ truncated ≠ failed) is decided by
   masked out of the loss, never scored as a wrong answer: a tool call outliving its timeout, the sandbox or a
   worker process dying, an injected fault (:mod:`harmonyrl.envs.faults`), ``make``/``reset``/``step``/``close``
   themselves raising (the scheduler records ``env_error``), and a tool raising
-  :class:`~harmonyrl.envs.tools.EnvFault` to declare an infrastructure failure.
+  :class:`~harmonyrl.envs.tools.ToolInfraError` to declare an infrastructure failure.
 
 An env that does its own dispatch must keep the same line; ``check-env`` calls every tool with wrong arguments
 and reports where each exception lands.

@@ -313,7 +313,7 @@ def _probe_issue(probe: ToolProbe, task_id: str) -> CheckIssue | None:
         return CheckIssue(
             "tools",
             f"{where} was masked as {probe.detail} ({probe.message[:200]}): an exception on the model's own "
-            "argument must reach the model as an error observation (let a Toolbox run the tool; raise EnvFault "
+            "argument must reach the model as an error observation (let a Toolbox run the tool; raise ToolInfraError "
             "only for infrastructure failures), or a policy learns to trigger it to escape a low reward",
             task_id,
         )

@@ -11,7 +11,7 @@ runs its real code:
 
 * ``tool_timeout`` / ``tool_crash`` / ``sandbox_error`` — ``StepResult(failure=Failure(kind, …))``, as an
   env returns it from its :class:`~harmonyrl.envs.tools.Toolbox` for a call that outlived its limit or a tool
-  that raised :class:`~harmonyrl.envs.tools.EnvFault` (a tool raising anything else is the model's error
+  that raised :class:`~harmonyrl.envs.tools.ToolInfraError` (a tool raising anything else is the model's error
   observation, never a fault); a timeout first waits ``timeout_delay_s`` (a real one costs its tool's time limit);
 * ``env_error`` — ``step()`` raises, as a broken env would; the scheduler turns that into the failure;
 * ``hang`` — the tool never answers: only the episode's wall-clock budget ends it (``episode_timeout``).

@@ -8,7 +8,7 @@ Who is to blame decides what the model sees (invariant 5 of the architecture):
   ``{"status": …, "stdout": …, "stderr": …, "error": …}``: an infinite loop or a traceback is the model's
   own result to learn from;
 * the sandbox failing to start is the environment's fault: the tool raises :class:`SandboxError`, an
-  :class:`~harmonyrl.envs.tools.EnvFault` of kind ``sandbox_error``, so the episode is masked.
+  :class:`~harmonyrl.envs.tools.ToolInfraError` of kind ``sandbox_error``, so the episode is masked.
   The tool's own timeout (the sandbox's plus start-up slack) only fires if the sandbox itself hangs, and is
   a ``tool_timeout`` for the same reason; the cancellation it causes kills the sandbox.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import signal
 
-from harmonyrl.envs.tools import EnvFault, Tool
+from harmonyrl.envs.tools import Tool, ToolInfraError
 from harmonyrl.sandbox.bwrap import check_sandbox
 from harmonyrl.sandbox.limits import NOTHING_HIDDEN, Hidden, SandboxLimits, SandboxResult, SandboxUnavailable
 from harmonyrl.sandbox.run import DEFAULT_LIMITS, run_python
@@ -29,7 +29,7 @@ from harmonyrl.sandbox.run import DEFAULT_LIMITS, run_python
 _MAX_DETAIL_CHARS = 400
 
 
-class SandboxError(EnvFault):
+class SandboxError(ToolInfraError):
     """The sandbox could not run the code (not the code's fault): a masked ``sandbox_error``."""
 
     def __init__(self, message: str) -> None:

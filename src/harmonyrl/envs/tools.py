@@ -21,7 +21,7 @@ The call boundary is the one place where exceptions are turned into values, and 
   it by making a tool raise.
 * only what says nothing about the model is an **environment fault**, a :class:`~harmonyrl.types.Failure` that
   masks the episode (never scored as a wrong answer): the call outliving its ``timeout_s`` (``tool_timeout``),
-  and an exception that declares itself one, :class:`EnvFault` (``tool_crash`` unless it names another kind,
+  and an exception that declares itself one, :class:`ToolInfraError` (``tool_crash`` unless it names another kind,
   e.g. ``sandbox_error``). Any exception whose ``failure_kind`` attribute names an environment fault kind counts
   as declared: that is how the sandbox layer, which imports nothing from the rest, says its process could not
   start. Injected faults (:mod:`harmonyrl.envs.faults`) and the env's own ``reset``/``step``/``close`` raising are
@@ -203,7 +203,7 @@ def _schema_error(fn: Callable[..., object], error: Exception) -> ToolSchemaErro
     return ToolSchemaError(f"tool {fn.__name__!r}: no JSON schema: {str(error).splitlines()[0]}")
 
 
-class EnvFault(Exception):
+class ToolInfraError(Exception):
     """Raised by a tool to declare that the *environment* failed, not the model's call: a backend that is down, a
     worker that died, a resource that could not be had. The episode is masked (``Failure(kind, message)``), never
     scored. Raise it only for what says nothing about the model's arguments: any other exception is shown to the
@@ -213,7 +213,7 @@ class EnvFault(Exception):
         try:
             rows = backend.query(sql)
         except ConnectionError as e:
-            raise EnvFault(f"database unreachable: {e}") from e
+            raise ToolInfraError(f"database unreachable: {e}") from e
     """
 
     def __init__(self, message: str, kind: FailureKind = "tool_crash") -> None:
@@ -222,7 +222,7 @@ class EnvFault(Exception):
 
 
 def declared_fault(error: BaseException) -> FailureKind | None:
-    """The environment fault kind ``error`` declares (an :class:`EnvFault`, or any exception whose
+    """The environment fault kind ``error`` declares (an :class:`ToolInfraError`, or any exception whose
     ``failure_kind`` names a kind of :data:`~harmonyrl.types.FailureKind`), else None: the model's to read."""
     kind = getattr(error, "failure_kind", None)
     return kind if is_env_failure_kind(kind) else None

@@ -44,7 +44,7 @@ class ToolTurns:
     async def step(self, action: Sequence[Message]) -> StepResult | None:
         """Count one turn. A tool call returns its :class:`StepResult`: an observation with ``info["tool_error"]``
         (1.0 when the call or the tool failed on the model's arguments), or an environment failure that the loop
-        masks (a timeout, an :class:`~harmonyrl.envs.tools.EnvFault`). None: the episode is over, grade the
+        masks (a timeout, an :class:`~harmonyrl.envs.tools.ToolInfraError`). None: the episode is over, grade the
         answer."""
         if self.done:
             raise RuntimeError("step() called after the episode terminated")
