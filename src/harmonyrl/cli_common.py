@@ -20,7 +20,20 @@ from harmonyrl.errors import (
 from harmonyrl.sandbox.limits import SandboxUnavailable
 from harmonyrl.telemetry.sinks import SinkUnavailableError
 
-console = Console()
+UNLIMITED_WIDTH = 100_000
+"""The console's width without a terminal: nothing a run prints is that long, so no line is wrapped or cut."""
+
+
+def make_console() -> Console:
+    """Rich's console on a terminal. Sent to a file or a pipe (``harmonyrl train … > log``), rich would lay every
+    line out for 80 columns (or ``$COLUMNS``), wrapping a run's first line and its summary mid-phrase and cutting
+    table cells to ``…``; there the width is :data:`UNLIMITED_WIDTH`, so lines and tables are written whole. (Code
+    that fills the width, a rule, draws it only on a terminal.)"""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=UNLIMITED_WIDTH)
+
+
+console = make_console()
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     FileExistsError,

@@ -143,7 +143,7 @@ def show(
         trajectories = read_step(step_path(run_dir, step))
     except RolloutFileError as e:
         raise fail(str(e)) from None
-    console.print(format_episodes(trajectories, limit, step))
+    console.print(format_episodes(trajectories, limit, step, fit=not console.is_terminal))
 
 
 def report(

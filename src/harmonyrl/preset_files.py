@@ -2,8 +2,8 @@
 
 A preset is a YAML file with the schema of a ``-c`` file (:mod:`harmonyrl.config`); every ``*.yaml`` / ``*.yml`` file
 in the folder is one, named by its file name without the suffix. It is applied before ``-c`` and the dotted overrides,
-so anything given on the command line wins. Its first comment line is its one-line description
-(``harmonyrl presets`` lists them). Which values each shipped preset holds, and the sweep that chose them:
+so anything given on the command line wins. Its leading comment's first sentence is its description
+(``harmonyrl presets`` lists them whole). Which values each shipped preset holds, and the sweep that chose them:
 docs/sweeps.md.
 """
 
@@ -30,14 +30,25 @@ class Preset:
 
 
 def description(path: Path) -> str:
-    """The file's first comment line without its ``#`` (empty when the file has none before its first key)."""
+    """The first sentence of the file's leading comment, whole, though it may run over several comment lines
+    (empty when the file has no comment before its first key). It ends at a sentence's full stop, or at the end of
+    a line whose next comment line starts a new sentence (a capital letter, a parenthesis)."""
+    lines: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         text = line.strip()
-        if text.startswith("#"):
-            return text.lstrip("#").strip()
-        if text:
-            return ""
-    return ""
+        if not text.startswith("#"):
+            if text or lines:
+                break
+            continue
+        text = text.lstrip("#").strip()
+        if lines and (not text or text[0].isupper() or text[0] == "("):
+            break
+        lines.append(text)
+        if text.endswith("."):
+            break
+    joined = " ".join(lines)
+    end = joined.find(". ")
+    return joined[: end + 1] if end >= 0 else joined
 
 
 def available(folder: Path | None = None) -> list[Preset]:

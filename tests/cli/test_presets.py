@@ -42,6 +42,17 @@ def test_listing_names_files_and_first_comment_line(folder: Path) -> None:
     assert find("maze") == folder / "maze.yml"
 
 
+def test_a_description_running_over_lines_is_its_whole_first_sentence(tmp_path: Path) -> None:
+    _write(tmp_path / "a.yaml", "# a: a sentence that runs on\n# over two lines. A second one.\n# More.\nseed: 1\n")
+    _write(tmp_path / "b.yaml", "# b: a title without a full stop\n# Details on their own line.\nseed: 1\n")
+    _write(tmp_path / "c.yaml", "# c: runs on\n# (an aside) to the end\n# of the line.\nseed: 1\n")
+    assert [p.description for p in available(tmp_path)] == [
+        "a: a sentence that runs on over two lines.",
+        "b: a title without a full stop",
+        "c: runs on",
+    ]
+
+
 def test_unknown_name_is_one_line_naming_the_known_ones(folder: Path) -> None:
     with pytest.raises(PresetError) as e:
         find("quik")

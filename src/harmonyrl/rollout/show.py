@@ -61,8 +61,9 @@ def _outcome(traj: Trajectory) -> Text:
     return text
 
 
-def format_episode(index: int, traj: Trajectory) -> Panel:
-    """One episode as a panel: its turns in order, then reward, reward terms and failure."""
+def format_episode(index: int, traj: Trajectory, fit: bool = False) -> Panel:
+    """One episode as a panel: its turns in order, then reward, reward terms and failure. ``fit``: the panel is as
+    wide as its widest line rather than the console (for a file, whose console has no width to fill)."""
     body: list[RenderableType] = []
     for number, turn in enumerate(traj.turns, 1):
         body += _turn(number, turn)
@@ -70,15 +71,19 @@ def format_episode(index: int, traj: Trajectory) -> Panel:
         body.append(Text("(no turns)", style="dim"))
     body.append(_outcome(traj))
     title = Text(f"episode {index}  task {traj.task_id}  group {traj.group_id}")
-    return Panel(Group(*body), title=title, title_align="left", border_style="red" if traj.failure else "blue")
+    border = "red" if traj.failure else "blue"
+    return Panel(Group(*body), title=title, title_align="left", border_style=border, expand=not fit)
 
 
-def format_episodes(trajectories: Sequence[Trajectory], limit: int = 8, step: int | None = None) -> Group:
-    """The first ``limit`` episodes (in recorded order) as one rich renderable for ``console.print``."""
+def format_episodes(
+    trajectories: Sequence[Trajectory], limit: int = 8, step: int | None = None, fit: bool = False
+) -> Group:
+    """The first ``limit`` episodes (in recorded order) as one rich renderable for ``console.print`` (``fit``: see
+    :func:`format_episode`)."""
     shown = list(trajectories)[: max(limit, 0)]
     where = f"step {step}: " if step is not None else ""
     header = Text(f"{where}{len(shown)} of {len(trajectories)} episodes", style="bold")
-    return Group(header, *(format_episode(i, t) for i, t in enumerate(shown)))
+    return Group(header, *(format_episode(i, t, fit) for i, t in enumerate(shown)))
 
 
 def episodes_text(trajectories: Sequence[Trajectory], limit: int = 8, step: int | None = None, width: int = 100) -> str:

@@ -101,6 +101,14 @@ def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float]
     )
 
 
+def _heading(console: Console, title: str) -> None:
+    """A rule across a terminal; a plain line elsewhere (a file has no width to fill)."""
+    if console.is_terminal:
+        console.rule(title)
+    else:
+        console.print(f"── {title} ──", highlight=False, markup=False)
+
+
 async def compare(
     config: RunConfig, algos: list[str], seeds: int, target: float, out: Path, console: Console
 ) -> list[AlgoResult]:
@@ -114,13 +122,13 @@ async def compare(
         if config.model.init_from is not None:
             warm[seed] = config.model.init_from
             continue
-        console.rule(f"SFT warm start, seed {seed}")
+        _heading(console, f"SFT warm start, seed {seed}")
         sft_cfg = _with(config, seed=seed, output_dir=out, run_name=f"sft-seed{seed}")
         warm[seed] = await sft_only(sft_cfg, console)
     for algo in algos:
         runs, minutes = [], []
         for seed in range(seeds):
-            console.rule(f"{algo}, seed {seed}")
+            _heading(console, f"{algo}, seed {seed}")
             model = config.model.model_copy(update={"init_from": warm[seed]})
             cfg = _with(
                 config,
