@@ -133,7 +133,9 @@ class Generation:
 
 @dataclass(frozen=True)
 class Task:
-    """One problem instance. ``answer`` is what the env's verifier checks against."""
+    """One problem instance. ``answer`` is the expected answer: what the env's verifier checks against, shown to
+    people beside each recorded episode (``harmonyrl show``, the report, ``rollouts/episodes.jsonl``) and never to
+    the model; ``""`` for an env that has none (a judged or open-ended task)."""
 
     id: str
     prompt: str
@@ -198,6 +200,12 @@ class Trajectory:
     policy_version: int = 0
     """The engine's weight version that sampled the tokens (``Generation.policy_version``; the oldest if an episode
     spanned a weight sync); its staleness when trained is the trainer's version minus this (docs/async.md)."""
+    task_prompt: str = ""
+    """The task's prompt (``Task.prompt``): with ``expected_answer``, what a person debugging the episode reads
+    beside it; stamped by the scheduler, not part of what the model saw beyond the rendered conversation."""
+    expected_answer: str = ""
+    """The task's expected answer (``Task.answer``; ``""`` where it has none). For people only: never shown to the
+    model."""
 
     @property
     def num_sampled(self) -> int:

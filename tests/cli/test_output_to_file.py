@@ -38,6 +38,11 @@ def test_the_main_commands_lines_are_whole_in_a_file(tmp_path: Path) -> None:
     warned = [line for line in lines if line.startswith("warning: RL: ")]
     assert warned and all(line.rstrip().endswith("see train/skipped)") for line in warned), lines
     assert max(map(len, lines)) > 100  # long lines exist, and were not broken at 80
+    shown = run_to_file(tmp_path, "show", str(tmp_path / "r"), "--step", "1", "--limit", "2")
+    prompts = [line for line in shown if "prompt: " in line]
+    answers = [line for line in shown if "expected answer: " in line]
+    assert len(prompts) == len(answers) == 2, shown  # the calculator's tasks all have an expected answer
+    assert all(len(line) < 400 for line in shown)  # panels fit their text, not the unlimited width
 
 
 def test_presets_print_whole_descriptions_in_a_file(tmp_path: Path) -> None:

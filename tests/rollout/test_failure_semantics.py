@@ -312,3 +312,17 @@ def test_a_tool_declaring_an_infrastructure_failure_is_masked() -> None:
     [traj] = out.trajectories
     assert traj.failure == Failure("tool_crash", "calculator raised ToolInfraError: backend unreachable")
     assert (traj.reward, traj.terminated) == (0.0, False)  # a failure: the learner leaves it out of the loss
+
+
+def test_every_episode_carries_its_tasks_prompt_and_expected_answer() -> None:
+    done = rollout(CalculatorFactory(seed=0, n_train=20, n_test=1), correct_call_engine(), budget=30.0, n=2)
+    assert [(t.task_prompt, t.expected_answer) for t in done.trajectories] == [(x.prompt, x.answer) for x in TASKS[:2]]
+
+    async def calculator(expression: str) -> str:
+        """Hangs."""
+        await asyncio.sleep(30)
+        return "never"
+
+    hung = rollout(ToolFactory(Tool.from_function(calculator, timeout_s=60)), correct_call_engine(), budget=0.2)
+    [traj] = hung.trajectories  # a masked episode too: its record is where a person looks for why
+    assert traj.failure is not None and (traj.task_prompt, traj.expected_answer) == (TASKS[0].prompt, TASKS[0].answer)

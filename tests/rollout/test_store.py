@@ -33,6 +33,8 @@ def _traj(**changes: object) -> Trajectory:
         turns=(Turn((CALL,), None, (RESULT,), 0.012345678901234567, 0.0031), Turn((FINAL,), None, (), 0.5, 1e-7)),
         parity_mismatches=0,
         reward_terms={"correct": 1.0, "format_error": 0.0, "tool_calls": 1.0},
+        task_prompt="What is 17 * 23?",
+        expected_answer="391",
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -57,7 +59,7 @@ def _varied() -> list[Trajectory]:
         ),
         _traj(terminated=False, truncated=True, turns=(), token_ids=(), loss_mask=(), sampler_logprobs=()),
         _traj(sampler_logprobs=(-0.0, 1e308, -1e308, -2.2250738585072014e-308, -1 / 3, -math.pi), reward=-1e-320),
-        _traj(task_id="τ-ü/1", group_id=2**40, reward_terms={"weird key ✓": 0.1 + 0.2}),
+        _traj(task_id="τ-ü/1", group_id=2**40, reward_terms={"weird key ✓": 0.1 + 0.2}, expected_answer=""),
         _traj(
             turns=(Turn((CALL,), None, (RESULT,), 0.0, 0.0),) * 5,
             token_ids=tuple(range(1000)),
@@ -157,3 +159,18 @@ def test_show_prints_tool_call_observation_reward_and_failure() -> None:
     assert "parse error: missing_end" in text
     assert "[bold]not markup[/]" in text  # model text is printed as written, not interpreted as rich markup
     assert "episode 3" not in text
+
+
+def test_a_file_from_before_prompts_were_recorded_reads_with_none(tmp_path: Path) -> None:
+    path = step_path(tmp_path, 1)
+    table = to_table(1, [_traj()])
+    path.parent.mkdir()
+    pq.write_table(table.drop_columns(["task_prompt", "expected_answer"]), path)
+    assert read_step(path) == [_traj(task_prompt="", expected_answer="")]
+
+
+def test_show_prints_the_tasks_prompt_and_expected_answer() -> None:
+    text = episodes_text([_traj(), _traj(expected_answer="")], limit=2, width=120)
+    assert text.count("prompt: What is 17 * 23?") == 2
+    assert text.count("expected answer: 391") == 1  # none for the task without one
+    assert text.index("prompt: ") < text.index("turn 1") < text.index("reward 1 ") < text.index("correct=1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -23,7 +24,10 @@ def trajectory(
         Turn((Message("assistant", "I should use the tool.", "analysis"), call), None, (result,), 0.2, 0.05),
         Turn((final,), parse_error, (), 0.1, 0.0),
     )
-    return Trajectory(task_id, 0, (1, 2, 3), (0, 1, 1), (0.0, -0.5, -0.1), reward, True, False, failure, turns)
+    traj = Trajectory(task_id, 0, (1, 2, 3), (0, 1, 1), (0.0, -0.5, -0.1), reward, True, False, failure, turns)
+    return dataclasses.replace(
+        traj, reward_terms={"correct": float(reward > 0.5)}, task_prompt="What is 2 + 2?", expected_answer="4"
+    )
 
 
 def write_synthetic_run(run_dir: Path, with_episodes: bool = True) -> Path:

@@ -18,7 +18,10 @@ def test_episode_to_json_exact_schema() -> None:
     assert episode_to_json(traj, step=3) == {
         "step": 3,
         "task_id": "calc-7",
+        "prompt": "What is 2 + 2?",
+        "expected_answer": "4",  # for people reading the record: never shown to the model
         "reward": 1.0,
+        "reward_terms": {"correct": 1.0},
         "failure": "tool_crash",
         "turns": [
             {

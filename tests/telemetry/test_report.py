@@ -96,6 +96,10 @@ def test_header_summary_config_and_episodes(report: Path) -> None:
     assert page.count('<article class="episode">') == 4
     assert "failed: tool_timeout" in page and "functions.calculator" in page
     assert "parse error: expected &lt;|message|&gt; after &lt;|channel|&gt;" in page
+    # each sample episode shows what was asked and the answer that would have scored, beside reward and terms
+    assert page.count('<span class="tag">prompt</span><pre>What is 2 + 2?</pre>') == 4
+    assert page.count('<span class="tag">expected answer</span><pre>4</pre>') == 4
+    assert "reward 1 · correct=1" in page
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium); CI installs it")

@@ -130,6 +130,8 @@ def test_state_is_plain_data_and_round_trips_every_field_exactly() -> None:
         parity_mismatches=1,
         reward_terms={"format": 0.5},
         routing=Routing(torch.tensor([[[1, 2]], [[0, 3]], [[-1, -1]]], dtype=torch.int8)),
+        task_prompt="What is 1 + 1? ✓",
+        expected_answer="2",
     )
     buf = ReplayBuffer(capacity=4, seed=0)
     buf.add([full, _traj(1)])

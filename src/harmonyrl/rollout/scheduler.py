@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,13 +149,18 @@ async def _one(
         budget = asyncio.timeout(limits.timeout_s)
         try:
             async with budget:
-                return await _episode(engine, factory, codec, params, limits, req, transcript)
+                return with_task(await _episode(engine, factory, codec, params, limits, req, transcript), req.task)
         except TimeoutError:
             if not budget.expired():  # a TimeoutError the harness raised, not the budget's: not masked
                 raise
             # the budget has cancelled the episode (and with it any running tool) by now
             failure = Failure("episode_timeout", f"exceeded its {limits.timeout_s:g} s wall-clock budget")
-            return _failed(req, failure, transcript)
+            return with_task(_failed(req, failure, transcript), req.task)
+
+
+def with_task(traj: Trajectory, task: Task) -> Trajectory:
+    """``traj`` carrying its task's prompt and expected answer, for the people who read the record."""
+    return dataclasses.replace(traj, task_prompt=task.prompt, expected_answer=task.answer)
 
 
 async def run_episodes(

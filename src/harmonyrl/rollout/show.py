@@ -61,10 +61,18 @@ def _outcome(traj: Trajectory) -> Text:
     return text
 
 
+def _task(traj: Trajectory) -> list[RenderableType]:
+    """The task's prompt and expected answer (for people: the model never saw the answer); nothing for a record
+    written before episodes carried them."""
+    rows = (("prompt", traj.task_prompt), ("expected answer", traj.expected_answer))
+    return [Text.assemble((f"{label}: ", "bold magenta"), text) for label, text in rows if text]
+
+
 def format_episode(index: int, traj: Trajectory, fit: bool = False) -> Panel:
-    """One episode as a panel: its turns in order, then reward, reward terms and failure. ``fit``: the panel is as
-    wide as its widest line rather than the console (for a file, whose console has no width to fill)."""
-    body: list[RenderableType] = []
+    """One episode as a panel: the task's prompt and expected answer, its turns in order, then reward, reward terms
+    and failure. ``fit``: the panel is as wide as its widest line rather than the console (for a file, whose console
+    has no width to fill)."""
+    body: list[RenderableType] = _task(traj)
     for number, turn in enumerate(traj.turns, 1):
         body += _turn(number, turn)
     if not traj.turns:

@@ -59,12 +59,15 @@ SCHEMA = pa.schema(
         ("routing", pa.binary()),
         ("routing_shape", pa.list_(pa.int64())),
         ("policy_version", pa.int64()),
+        ("task_prompt", pa.string()),
+        ("expected_answer", pa.string()),
     ],
     metadata={"harmonyrl.rollout_format": FORMAT_VERSION},
 )
-_NULLABLE = frozenset({"failure_kind", "failure_detail", "routing", "routing_shape", "policy_version"})
-_OPTIONAL = frozenset({"routing", "routing_shape", "policy_version"})
-"""Columns added after format 1 shipped: files without them read as episodes without routing, of version 0."""
+_OPTIONAL = frozenset({"routing", "routing_shape", "policy_version", "task_prompt", "expected_answer"})
+"""Columns added after format 1 shipped: files without them read as episodes without routing, of version 0, with no
+task prompt or expected answer."""
+_NULLABLE = frozenset({"failure_kind", "failure_detail"}) | _OPTIONAL
 _ROUTING_DTYPES = {1: torch.int8, 2: torch.int16}
 """Routing ids are stored as their raw little-endian bytes; the item size tells int8 from int16."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.parquet$")
@@ -138,6 +141,8 @@ def to_table(step: int, trajectories: Sequence[Trajectory]) -> pa.Table:
         "routing": [None if t.routing is None else _routing_bytes(t.routing) for t in trajs],
         "routing_shape": [None if t.routing is None else list(t.routing.ids.shape) for t in trajs],
         "policy_version": [t.policy_version for t in trajs],
+        "task_prompt": [t.task_prompt for t in trajs],
+        "expected_answer": [t.expected_answer for t in trajs],
     }
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
@@ -215,6 +220,8 @@ def _row(row: dict[str, Any]) -> Trajectory:
         reward_terms=json.loads(row["reward_terms"]),
         routing=_routing(row["routing"], row["routing_shape"]),
         policy_version=row["policy_version"] or 0,  # null: a file written before versions were recorded
+        task_prompt=row["task_prompt"] or "",
+        expected_answer=row["expected_answer"] or "",
     )
 
 

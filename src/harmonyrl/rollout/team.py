@@ -32,7 +32,7 @@ from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.team import TeamFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits
-from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, run_episodes
+from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, run_episodes, with_task
 from harmonyrl.telemetry.metrics import summarize_rollouts
 from harmonyrl.types import ROLE_TERM, Failure, SamplingParams, Trajectory
 
@@ -57,7 +57,8 @@ def handoff(trajectory: Trajectory) -> str:
 def _failed_later(req: EpisodeRequest, failure: Failure) -> Trajectory:
     """The stand-in for a role that never ran because an earlier role's episode failed."""
     detail = f"an earlier role's episode failed ({failure.kind}: {failure.detail})"
-    return Trajectory(req.task.id, req.group_id, (), (), (), 0.0, False, False, Failure(failure.kind, detail), ())
+    failed = Trajectory(req.task.id, req.group_id, (), (), (), 0.0, False, False, Failure(failure.kind, detail), ())
+    return with_task(failed, req.task)
 
 
 def assign_team_reward(stages: Sequence[Sequence[Trajectory]]) -> list[tuple[Trajectory, ...]]:

@@ -2,15 +2,19 @@
 
 One line per episode::
 
-    {"step": int, "task_id": str, "reward": float, "failure": str | null, ["team_role": str,]
+    {"step": int, "task_id": str, "prompt": str, "expected_answer": str, "reward": float,
+     "reward_terms": {name: float}, "failure": str | null, ["team_role": str,]
      "turns": [{"sampled": [message, ...], "parse_error": str | null, "observations": [message, ...]}]}
 
 where a sampled message is ``{"role", "channel", "recipient", "content"}`` and an observation (a tool result)
 additionally carries ``"name"`` (``"functions.calculator"``), because for tool messages the author, not the
 recipient, says which tool answered. ``failure`` is the failure *kind* (``"tool_timeout"`` …), a class the
-report can group by. ``team_role`` is present only on a team episode's line (docs/multiagent.md): the name of the
-role that played this trajectory, so the record says who wrote each line of a team episode. Token ids and
-log-probs are left out on purpose: this file is for people; the lossless record of a step is the rollout store.
+report can group by. ``prompt`` and ``expected_answer`` are the task's (``Task.prompt``, ``Task.answer``; ``""``
+where the env has no expected answer), so a reader sees what was asked and what would have scored beside what the
+model did and its ``reward_terms``; the answer is for people only, never shown to the model. ``team_role`` is
+present only on a team episode's line (docs/multiagent.md): the name of the role that played this trajectory,
+so the record says who wrote each line of a team episode. Token ids and log-probs are left out on purpose: this
+file is for people; the lossless record of a step is the rollout store.
 
 Only the standard library is imported, so the training loop can call :func:`append_episodes` cheaply.
 """
@@ -52,7 +56,10 @@ def episode_to_json(traj: Trajectory, step: int, roles: Sequence[str] = ()) -> E
     return {
         "step": step,
         "task_id": traj.task_id,
+        "prompt": traj.task_prompt,
+        "expected_answer": traj.expected_answer,
         "reward": reward,
+        "reward_terms": {k: v if math.isfinite(v) else str(v) for k, v in traj.reward_terms.items()},
         "failure": traj.failure.kind if traj.failure is not None else None,
         **_role(traj, roles),
         "turns": [

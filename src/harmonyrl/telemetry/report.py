@@ -136,6 +136,7 @@ nav a { margin-right: .9em; white-space: nowrap; }
 .msg.analysis { background: #f5f0ff; } .msg.final { background: #dafbe1; }
 .msg.call { background: #ddf4ff; } .msg.tool { background: #fff8c5; }
 .tag { font-size: 12px; font-weight: 600; color: #57606a; } .bad { color: #cf222e; font-weight: 600; }
+.task { background: #fbefff; border-radius: 6px; padding: .3em .6em; margin: .3em 0; }
 """
 
 esc = html.escape
@@ -179,6 +180,23 @@ def _message(msg: object, observation: bool = False) -> str:
     return f'<div class="msg {esc(str(kind))}"><span class="tag">{esc(tag)}</span><pre>{esc(text)}</pre></div>'
 
 
+def _term(value: object) -> str:
+    number = as_float(value)
+    return f"{number:g}" if number is not None else str(value)
+
+
+def _task(ep: Episode) -> str:
+    """What the episode was asked and, where the env has one, the answer that would have scored (for people: the
+    model never saw it). Empty for a record written before episodes carried them."""
+    rows = [(label, ep.get(key)) for label, key in (("prompt", "prompt"), ("expected answer", "expected_answer"))]
+    shown = [
+        f'<span class="tag">{label}</span><pre>{esc(text)}</pre>'
+        for label, text in rows
+        if isinstance(text, str) and text
+    ]
+    return f'<div class="task">{"".join(shown)}</div>' if shown else ""
+
+
 def _episode(ep: Episode) -> str:
     reward = as_float(ep.get("reward"))
     head = [f"step {ep['step']}", f"task <code>{esc(str(ep.get('task_id', '?')))}</code>"]
@@ -187,7 +205,10 @@ def _episode(ep: Episode) -> str:
     head.append(f"reward {reward:.3g}" if reward is not None else "reward ?")
     if ep.get("failure"):
         head.append(f'<span class="bad">failed: {esc(str(ep["failure"]))}</span>')
-    turns = []
+    terms = ep.get("reward_terms")
+    if isinstance(terms, dict) and terms:
+        head.append(esc(" ".join(f"{k}={_term(v)}" for k, v in terms.items())))
+    turns = [_task(ep)]
     for i, turn in enumerate(t for t in ep["turns"] if isinstance(t, dict)):
         body = [_message(m) for m in turn.get("sampled") or []]
         if turn.get("parse_error"):

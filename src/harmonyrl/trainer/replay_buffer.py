@@ -59,6 +59,8 @@ def trajectory_to_plain(t: Trajectory) -> dict[str, Any]:
         "parity_mismatches": t.parity_mismatches,
         "reward_terms": dict(t.reward_terms),
         "routing": None if t.routing is None else t.routing.ids.clone(),
+        "task_prompt": t.task_prompt,
+        "expected_answer": t.expected_answer,
     }
 
 
@@ -90,6 +92,8 @@ def trajectory_from_plain(d: Mapping[str, Any]) -> Trajectory:
         parity_mismatches=int(d["parity_mismatches"]),
         reward_terms={str(k): float(v) for k, v in d["reward_terms"].items()},
         routing=None if routing is None else Routing(routing),
+        task_prompt=str(d.get("task_prompt", "")),  # absent from a checkpoint written before they were kept
+        expected_answer=str(d.get("expected_answer", "")),
     )
 
 
