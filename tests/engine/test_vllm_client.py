@@ -19,6 +19,7 @@ from harmonyrl.config import ConfigError, load_config
 from harmonyrl.engine.config import VllmEngineConfig
 from harmonyrl.engine.vllm import EngineFailure, VllmEngine, request_body, sample_version, unlabelled
 from harmonyrl.engine.vllm_check import check_server
+from harmonyrl.engine.vllm_worker import SYNC_PROTOCOL
 from harmonyrl.errors import EngineUnavailable
 from harmonyrl.types import SamplingParams
 
@@ -142,7 +143,7 @@ def test_weight_sync_saves_then_pauses_reloads_versions_and_resumes(tmp_path: Pa
         seen.append((request.url.path, body))
         if request.url.path == "/collective_rpc":  # the folder is complete when the server is asked to read it
             assert load_file(Path(body["kwargs"]["weights_path"]) / "model.safetensors")["w"].tolist() == [1.0, 2.0]
-            return httpx.Response(200, json={"results": [{"protocol": 1, "tensors": 1, "sinks": 0}]})
+            return httpx.Response(200, json={"results": [{"protocol": SYNC_PROTOCOL, "tensors": 1, "sinks": 0}]})
         return httpx.Response(200, json={})
 
     client = engine(handler, tmp_path / "sync")
@@ -158,8 +159,11 @@ def test_weight_sync_saves_then_pauses_reloads_versions_and_resumes(tmp_path: Pa
     [
         (None, "not every worker's report"),
         ({"results": [None]}, "not every worker's report"),
-        ({"results": [{"protocol": 2}]}, "not every worker's report"),
-        ({"results": [{"protocol": 1, "error": "RuntimeError: vLLM did not reload x"}]}, "failed: RuntimeError: vLLM"),
+        ({"results": [{"protocol": SYNC_PROTOCOL + 1}]}, "not every worker's report"),
+        (
+            {"results": [{"protocol": SYNC_PROTOCOL, "error": "RuntimeError: vLLM did not reload x"}]},
+            "failed: RuntimeError: vLLM",
+        ),
     ],
 )
 def test_a_sync_without_every_workers_report_fails_and_resumes(tmp_path: Path, rpc_answer: Any, message: str) -> None:
@@ -209,7 +213,7 @@ def fake_server(
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/collective_rpc":  # harmonyrl_sync_protocol, on a server with the extension
             assert json.loads(request.content)["method"] == "harmonyrl_sync_protocol"
-            return rpc or httpx.Response(200, json={"results": ["1"]})
+            return rpc or httpx.Response(200, json={"results": [str(SYNC_PROTOCOL)]})
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": models})
         if request.url.path == "/openapi.json":
@@ -255,7 +259,7 @@ def test_server_problems_are_one_line_before_any_work(
     ("rpc", "message"),
     [
         (httpx.Response(500, json={"error": "no attribute"}), "--worker-extension-cls harmonyrl.engine.vllm_worker"),
-        (httpx.Response(200, json={"results": ["2"]}), "protocol 2, this client speaks 1"),
+        (httpx.Response(200, json={"results": ["1"]}), f"protocol 1, this client speaks {SYNC_PROTOCOL}"),
     ],
 )
 def test_a_server_without_the_weight_sync_extension_is_refused(
@@ -315,7 +319,7 @@ class RestartingServer:
             raise httpx.ConnectError("connection refused", request=request)
         self.paths.append(path)
         if path == "/collective_rpc":
-            return httpx.Response(200, json={"results": [{"protocol": 1, "tensors": 1, "sinks": 0}]})
+            return httpx.Response(200, json={"results": [{"protocol": SYNC_PROTOCOL, "tensors": 1, "sinks": 0}]})
         if path == "/update_weight_version":
             self.version = json.loads(request.content)["new_version"]
         if path == "/inference/v1/generate":
@@ -390,7 +394,7 @@ def test_a_dropped_connection_on_the_completions_route_reloads_the_weights(tmp_p
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
         paths.append(request.url.path)
         if request.url.path == "/collective_rpc":
-            return httpx.Response(200, json={"results": [{"protocol": 1, "tensors": 1, "sinks": 0}]})
+            return httpx.Response(200, json={"results": [{"protocol": SYNC_PROTOCOL, "tensors": 1, "sinks": 0}]})
         if request.url.path == "/v1/completions":
             return httpx.Response(200, json={"choices": [{"token_ids": [4], "logprobs": {"token_logprobs": [-1.0]}}]})
         return httpx.Response(200, json={})

@@ -65,7 +65,15 @@ class VllmEngineConfig(Frozen):
     ``VLLM_SERVER_DEV_MODE=1`` for ``/collective_rpc``), or leave the server's weights alone (``none``: the
     rollouts stay on the starting policy; for evaluation only)."""
     sync_dir: str | None = None
-    """Folder the server can read where synced weights are saved (default: ``<run>/vllm_weights``)."""
+    """Folder the server can read where the first sync's weights are saved, every tensor (default:
+    ``<run>/vllm_weights``): a restarted server is loaded from it, then from the last update."""
+    update_dir: str | None = None
+    """Folder of each later sync's file, only what trained (LoRA: the adapted layers, merged; full fine-tuning:
+    everything), overwritten each step (default: a memory-backed folder in ``/dev/shm`` when the machine has
+    one, else ``sync_dir``). The server must be able to read it: same machine, or a shared mount."""
+    sync_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """Dtype the synced weights are sent in (the server casts them to its own): bf16 halves the bytes of the
+    trainer's fp32; ``float32`` for an fp32 server that must hold the trainer's weights exactly."""
 
     @property
     def concurrency(self) -> int:

@@ -7,12 +7,16 @@ unmodified logits, the same quantity the embedded engine returns), so nothing is
 token-id prompt and ``return_token_ids``. Only the caller's stop ids end a generation (``ignore_eos``), and the
 stop id comes back as the last sampled id, as with the embedded engine.
 
-Weight sync (``sync_weights``): the trainer's state dict is saved as ``model.safetensors`` into a folder the server
-can read, then generation is paused (``/pause?mode=wait``: the requests in flight finish first), the server loads
-the folder into every parameter (``/collective_rpc`` → ``harmonyrl_load_weights``, the worker extension of
-:mod:`harmonyrl.engine.vllm_worker`: vLLM's own in-place reload, with the MoE experts handed to it one expert at a
-time so they go through its weight loaders, the CPU MoE prepack its update path skips, then the attention sinks it
-skips), its weight version is set
+Weight sync (``sync_weights``): the first sync saves every tensor of the trainer's state dict as
+``model.safetensors`` into ``sync_dir`` (the base a restarted server is loaded from); each later one saves only
+what trained (LoRA: the adapted layers, merged; full fine-tuning: everything; see
+:mod:`harmonyrl.engine.weight_sync`) as ``update.safetensors`` in ``update_dir`` (default: memory-backed, in
+``/dev/shm``), both in ``sync_dtype`` (bf16 by default). Then generation is paused (``/pause?mode=wait``: the
+requests in flight finish first), the server loads the file into its parameters (``/collective_rpc`` →
+``harmonyrl_load_weights``, the worker extension of :mod:`harmonyrl.engine.vllm_worker`: vLLM's own in-place
+reload, with the MoE experts handed to it one expert at a time so they go through its weight loaders, the CPU MoE
+prepack its update path skips, then the attention sinks it skips; a partial file loads only its layers, the
+others keep their values), its weight version is set
 to the RL step (``/update_weight_version``) and generation resumes. The server must run with
 ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls harmonyrl.engine.vllm_worker.WeightSync``. Each sample
 reports the policy version the server says sampled it (:attr:`Generation.policy_version`; the oldest, should a
@@ -25,7 +29,7 @@ line, the run folder resumable). A refused request (4xx) fails at once.
 
 **A restarted server is sent the weights again.** A vLLM server that comes back after a crash holds the weights
 it was started with, not the ones synced since, and its samples are labelled ``"default"``. Once the client has
-synced, a sample so labelled is not kept: the client loads the last synced file (still in ``sync_dir``) into the
+synced, a sample so labelled is not kept: the client loads the base file and then the last update into the
 server again (pause, reload, version, resume, as a sync), then sends the request again with its seed. One reload
 serves every request in flight (they compare the reload count they started with). The ``completions`` route
 labels no sample, so there a request that lost its connection reloads the weights before its answer is kept, and
@@ -37,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,6 +51,7 @@ import torch
 from harmonyrl.engine.base import MetricsWindow
 from harmonyrl.engine.config import VllmEngineConfig
 from harmonyrl.engine.vllm_worker import SYNC_PROTOCOL
+from harmonyrl.engine.weight_sync import UPDATE_FILE, memory_dir, save_tensors, sync_tensors
 from harmonyrl.errors import EngineUnavailable
 from harmonyrl.types import Generation, SamplingParams
 
@@ -64,6 +68,7 @@ MAX_ATTEMPTS = 10_000
 MAX_RELOADS = 3
 """Reloads one request may trigger before a server that keeps losing its weights fails the step."""
 ROUTES = {"generate": "/inference/v1/generate", "completions": "/v1/completions"}
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 class EngineFailure(RuntimeError):
@@ -164,8 +169,18 @@ class VllmEngine:
         max_seq_len: int,
         sync_dir: Path,
         transport: httpx.AsyncBaseTransport | None = None,
+        trained: frozenset[str] | None = None,
     ) -> None:
+        """``trained``: the names of the weights that train (LoRA: the adapted ones, see
+        :func:`harmonyrl.models.lora.adapted_names`); syncs after the first send only their layers. None: all."""
         self.config, self.vocab_size, self.max_seq_len, self.sync_dir = config, vocab_size, max_seq_len, sync_dir
+        self.trained = trained
+        self.update_dir = Path(config.update_dir) if config.update_dir else memory_dir(sync_dir)
+        self.based = False
+        """Whether the server holds the base file (the first sync's, every tensor); later syncs send updates."""
+        self.updated = False
+        """Whether :attr:`update_dir` holds an update the server loaded on top of the base."""
+        self.sync_bytes = self.last_sync_bytes = 0
         self._transport = transport  # tests pass an httpx.MockTransport
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -208,15 +223,27 @@ class VllmEngine:
         return generation
 
     async def sync_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Save ``state_dict`` to :attr:`sync_dir` and have the server reload it, generation paused around it."""
+        """Save ``state_dict`` (the first time every tensor, then only what trained) and have the server load it,
+        generation paused around it."""
         if self.config.weight_sync == "none":
             return
         start = time.perf_counter()
+        dtype = DTYPES[self.config.sync_dtype]
         async with self._guard():
             self.synced = None  # the file changes now; until the server holds it, nothing can be reloaded
-            save_weights(state_dict, self.sync_dir)
-            await self._load(version)
+            if not self.based:  # every tensor, the base a restarted server is loaded from
+                moved = save_tensors(sync_tensors(state_dict, None, dtype), self.sync_dir / "model.safetensors")
+                self.updated = False
+                await self._load(version, base=True, update=False)
+                self.based = True
+            else:
+                update = sync_tensors(state_dict, self.trained, dtype)
+                moved = save_tensors(update, self.update_dir / UPDATE_FILE)
+                del update
+                self.updated = True
+                await self._load(version, base=False, update=True)
             self.policy_version = self.synced = version
+        self.last_sync_bytes, self.sync_bytes = moved, self.sync_bytes + moved
         self.sync_seconds += time.perf_counter() - start
 
     def _lost_weights(self, answer: Any, dropped: bool, route: str) -> bool:
@@ -233,16 +260,23 @@ class VllmEngine:
                 return
             if self.synced is None:
                 raise EngineFailure(f"vLLM server {self.config.url} lost its weights and no complete sync is saved")
-            await self._load(self.synced)
+            await self._load(self.synced, base=True, update=self.updated)
             self.reloads += 1
 
-    async def _load(self, version: int) -> None:
-        """Pause generation, have the server load :attr:`sync_dir`, label it ``version``, resume."""
+    async def _load(self, version: int, base: bool, update: bool) -> None:
+        """Pause generation, have the server load the base file (``base``) and then the update (``update``), label
+        it ``version``, resume."""
         client, _ = self._connection()
         await self._post(client, "/pause", None, {"mode": "wait"})
         try:
-            rpc = {"method": "harmonyrl_load_weights", "kwargs": {"weights_path": str(self.sync_dir)}}
-            check_loaded(await self._post(client, "/collective_rpc", rpc))
+            if base:
+                rpc = {"method": "harmonyrl_load_weights", "kwargs": {"weights_path": str(self.sync_dir)}}
+                check_loaded(await self._post(client, "/collective_rpc", rpc))
+            if update:
+                kwargs = {"weights_path": str(self.update_dir / UPDATE_FILE), "partial": True}
+                check_loaded(
+                    await self._post(client, "/collective_rpc", {"method": "harmonyrl_load_weights", "kwargs": kwargs})
+                )
             await self._post(client, "/update_weight_version", {"new_version": str(version)})
         except EngineFailure:  # generation resumes after a failed load; one attempt: the server may be gone
             with contextlib.suppress(EngineFailure):
@@ -259,7 +293,7 @@ class VllmEngine:
         """``engine/*`` metrics of a window: requests, tokens per second, retries, reloads into a restarted server
         and weight-sync time."""
         requests, tokens, retries, sync = self.requests, self.tokens, self.retries, self.sync_seconds
-        reloads = self.reloads
+        reloads, moved = self.reloads, self.sync_bytes
 
         def close(wall_s: float) -> dict[str, float]:
             return {
@@ -268,6 +302,7 @@ class VllmEngine:
                 "engine/retries": float(self.retries - retries),
                 "engine/reloads": float(self.reloads - reloads),
                 "engine/sync_s": self.sync_seconds - sync,
+                "engine/sync_bytes": float(self.sync_bytes - moved),
             }
 
         return close
@@ -365,15 +400,3 @@ def _detail(response: httpx.Response) -> str:
         return response.text[:200].replace("\n", " ")
     message = body.get("message") or body.get("detail") or body.get("error") if isinstance(body, dict) else body
     return str(message)[:300].replace("\n", " ")
-
-
-def save_weights(state_dict: Mapping[str, torch.Tensor], folder: Path) -> Path:
-    """Write ``state_dict`` as ``folder/model.safetensors`` (checkpoint names, fp32), atomically (temp + rename),
-    so the server never reads half a file. Returns the file's path."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    path, tmp = folder / "model.safetensors", folder / ".model.safetensors.tmp"
-    save_file({name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()}, str(tmp))
-    os.replace(tmp, path)
-    return path

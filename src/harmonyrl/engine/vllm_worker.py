@@ -21,9 +21,12 @@ copies two kinds of tensors past those loaders, so the reload counts nothing for
   own copy when it keeps one.
 
 :meth:`WeightSync.harmonyrl_load_weights` does both, and fails (the client's sync fails loudly) when vLLM reports a
-layer with parameters it did not load (other than the sinks), or the file lacks a sink. This module runs in the server's
-environment (its own venv, another vLLM version, maybe a GPU node): it imports nothing from harmonyrl and imports
-vLLM lazily, so the client can import it for :data:`SYNC_PROTOCOL` without vLLM installed.
+layer with parameters it did not load (other than the sinks), or the file lacks a sink. A *partial* file (the
+client's later syncs: only what trained, whole vLLM layers) loads the layers it has; the others are meant to keep
+their values, so the unloaded-layer check is not made, only the sinks it carries are copied, and the CPU MoE prepack
+runs only when it carries experts (packing the packed weights again would corrupt them). This module runs in the
+server's environment (its own venv, another vLLM version, maybe a GPU node): it imports nothing from harmonyrl and
+imports vLLM lazily, so the client can import it for :data:`SYNC_PROTOCOL` without vLLM installed.
 
 ``python -m harmonyrl.engine.vllm_worker`` (run by ``scripts/vllm_env.sh`` in the server's venv) checks that the
 vLLM there has every API this module uses.
@@ -40,7 +43,7 @@ from typing import Any
 
 import torch
 
-SYNC_PROTOCOL = 1
+SYNC_PROTOCOL = 2
 """Version of this extension's RPC methods; the client's preflight refuses a server whose extension differs."""
 EXTENSION_CLS = "harmonyrl.engine.vllm_worker.WeightSync"
 """What the server's ``--worker-extension-cls`` must name."""
@@ -92,10 +95,12 @@ def heads_of_rank(sinks: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     return sinks.narrow(0, rank * per, per)
 
 
-def copy_sinks(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], rank: int, world: int) -> int:
+def copy_sinks(
+    model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], rank: int, world: int, partial: bool = False
+) -> int:
     """Copy every attention sink of ``tensors`` into ``model``'s sinks parameters in place (and into the attention
-    kernel's copy when it holds another tensor); how many parameters. A sinks parameter the file lacks is an error:
-    nothing is silently left at its old value."""
+    kernel's copy when it holds another tensor); how many parameters. A sinks parameter the file lacks is an error
+    (nothing is silently left at its old value), unless the file is ``partial``: then it keeps its value."""
     copied = 0
     for module_name, module in model.named_modules():
         param = module._parameters.get("sinks")
@@ -103,6 +108,8 @@ def copy_sinks(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], rank
             continue
         name = checkpoint_sink_name(f"{module_name}.sinks")
         if name not in tensors:
+            if partial:
+                continue
             raise KeyError(f"the weights have no {name} for vLLM's {module_name}.sinks")
         new = heads_of_rank(tensors[name], rank, world)
         with torch.no_grad():
@@ -173,17 +180,22 @@ class WeightSync:
         """The version of these methods (the client's preflight compares it with its own)."""
         return SYNC_PROTOCOL
 
-    def harmonyrl_load_weights(self, weights_path: str) -> dict[str, int | str]:
-        """Load ``weights_path/model.safetensors`` (checkpoint names) into the served model, every tensor: vLLM's
-        reload for all it loads (experts streamed one by one), then the sinks. A failure is reported in the answer
-        (``error``), not raised: raised, the RPC would be an HTTP 500 that the client retries to no avail."""
+    def harmonyrl_load_weights(self, weights_path: str, partial: bool = False) -> dict[str, int | str]:
+        """Load ``weights_path/model.safetensors``, or the ``.safetensors`` file ``weights_path`` (checkpoint
+        names, any float dtype: cast to the model's) into the served model: vLLM's reload for all it loads (experts
+        streamed one by one), then the sinks. Every tensor, unless ``partial`` (see the module docstring). A failure
+        is reported in the answer (``error``), not raised: raised, the RPC would be an HTTP 500 that the client
+        retries to no avail."""
+        path = Path(weights_path)
         try:
-            tensors, sinks = self._harmonyrl_load(Path(weights_path) / "model.safetensors")
+            tensors, sinks = self._harmonyrl_load(
+                path if path.suffix == ".safetensors" else path / "model.safetensors", partial
+            )
         except Exception as e:  # the RPC boundary: the client fails the step with this message
             return {"protocol": SYNC_PROTOCOL, "error": f"{type(e).__name__}: {e}"[:500]}
         return {"protocol": SYNC_PROTOCOL, "tensors": tensors, "sinks": sinks}
 
-    def _harmonyrl_load(self, path: Path) -> tuple[int, int]:
+    def _harmonyrl_load(self, path: Path, partial: bool) -> tuple[int, int]:
         from safetensors.torch import load_file
 
         tensors = load_file(str(path))
@@ -191,10 +203,11 @@ class WeightSync:
         with reload_problems() as problems:
             self.reload_weights(weights_iterator=stream_experts(tensors.items()), is_checkpoint_format=True)
         model = self.model_runner.get_model()
-        if left := unloaded_parameters(model, problems.failed_layers) or problems.not_loaded:
+        if not partial and (left := unloaded_parameters(model, problems.failed_layers) or problems.not_loaded):
             raise RuntimeError(f"vLLM did not reload {', '.join(left)}")
-        prepack_cpu_experts(model)
-        return len(tensors), copy_sinks(model, tensors, rank, world)
+        if not partial or any(name.endswith(FUSED_EXPERT_SUFFIXES) for name in tensors):
+            prepack_cpu_experts(model)
+        return len(tensors), copy_sinks(model, tensors, rank, world, partial)
 
 
 def unloaded_parameters(model: torch.nn.Module, failed_layers: set[str]) -> list[str]:

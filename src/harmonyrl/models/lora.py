@@ -113,6 +113,18 @@ def _deltas(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def adapted_names(model: torch.nn.Module) -> frozenset[str]:
+    """The plain GptOss names of the weights the trained adapter adapts (what :func:`merged_state_dict` changes;
+    empty without adapters): with LoRA, the only weights that change when the model trains."""
+    from peft.tuners.lora import LoraLayer
+
+    return frozenset(
+        f"{_base_name(name)}.{getattr(module, 'parameter_name', None) or 'weight'}"
+        for name, module in model.named_modules()
+        if isinstance(module, LoraLayer) and ADAPTER in module.lora_A
+    )
+
+
 @torch.no_grad()
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's weights under the plain GptOss names, with the trained adapter merged (``W + (alpha/r)·BA``,

@@ -28,7 +28,15 @@ from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models import grad_checkpointing
 from harmonyrl.models.attention import TEAM_INVARIANT_KERNELS, set_kernel
-from harmonyrl.models.lora import ADAPTER_FILE, add_lora, cast_base, load_adapters, merged_model
+from harmonyrl.models.lora import (
+    ADAPTER_FILE,
+    adapted_names,
+    add_lora,
+    cast_base,
+    has_lora,
+    load_adapters,
+    merged_model,
+)
 from harmonyrl.models.real import check_checkpoint, first_problem
 from harmonyrl.models.real import load_config as load_checkpoint_config
 from harmonyrl.models.sinks import set_sinks
@@ -245,7 +253,8 @@ async def make_engine(
     limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
     if isinstance(e, VllmEngineConfig):
         sync_dir = Path(e.sync_dir) if e.sync_dir else (run_dir or Path(tempfile.mkdtemp())) / "vllm_weights"
-        client = VllmEngine(e, int(model.config.vocab_size), r.max_seq_len, sync_dir)
+        trained = adapted_names(model) if has_lora(model) else None  # LoRA: later syncs send only those layers
+        client = VllmEngine(e, int(model.config.vocab_size), r.max_seq_len, sync_dir, trained=trained)
         await client.sync_weights(merged_model(model).state_dict(), 0)
         return client, limits
     device = resolve_device(config.device)
