@@ -22,8 +22,10 @@ from harmonyrl.engine.config import VllmEngineConfig
 from harmonyrl.engine.vllm import VllmEngine
 from harmonyrl.engine.vllm_check import check_server
 from harmonyrl.engine.vllm_launch import serve
+from harmonyrl.engine.weight_sync import sync_tensors
 from harmonyrl.harmony.render import render_prompt, system_message
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.models.lora import adapted_names, add_lora, merged_state_dict
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
 from harmonyrl.types import Message, SamplingParams
 
@@ -54,10 +56,13 @@ def server(model: GptOssForCausalLM, tmp_path_factory: pytest.TempPathFactory) -
         yield url, root
 
 
-def client(url: str, root: Path, model: GptOssForCausalLM) -> VllmEngine:
-    config = VllmEngineConfig(url=url, model="tiny", connect_timeout_s=60)  # a loaded shared machine
+def client(
+    url: str, root: Path, model: GptOssForCausalLM, dtype: str = "float32", trained: frozenset[str] | None = None
+) -> VllmEngine:
+    """A client of the module's server; fp32 syncs by default (the server is fp32: exact weights, tight gaps)."""
+    config = VllmEngineConfig(url=url, model="tiny", connect_timeout_s=60, sync_dtype=dtype)  # type: ignore[arg-type]
     check_server(config, model.config, MAX_SEQ)  # the preflight passes on the real server
-    return VllmEngine(config, TOK.vocab_size, MAX_SEQ, root / "sync")
+    return VllmEngine(config, TOK.vocab_size, MAX_SEQ, root / "sync", trained=trained)
 
 
 def prompt() -> list[int]:
@@ -189,5 +194,68 @@ def _sample_with_logprobs(engine: VllmEngine) -> tuple[list[tuple[int, ...]], li
         gens = await asyncio.gather(*(engine.generate(prompt(), p) for p in params))
         await engine.close()
         return [g.token_ids for g in gens], [g.logprobs for g in gens]
+
+    return asyncio.run(run())
+
+
+def test_a_partial_bf16_lora_sync_lands_on_the_server(server: tuple[str, Path], model: GptOssForCausalLM) -> None:
+    """LoRA on q/k/v/o: after the base sync, a sync sends only the merged attention layers in bf16 (through the
+    memory-backed update file), and the server's log-probs then match the trainer's merged weights rounded to bf16;
+    the untouched layers keep the base's values. A second update replaces the first (nothing stacks)."""
+    url, root = server
+    lora = build_model(model.config, seed=0).eval()
+    lora.load_state_dict(model.state_dict())
+    add_lora(lora, r=4, alpha=8, dropout=0.0, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    engine = client(url, root, model, dtype="bfloat16", trained=adapted_names(lora))
+    assert engine.update_dir.parent == Path("/dev/shm")
+
+    def train(seed: int) -> GptOssForCausalLM:
+        """The adapters moved (B no longer zero), and a plain model holding the merged weights rounded to bf16:
+        what the server should hold after the sync (its base is the module's fp32 weights)."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in lora.named_parameters():
+                if "lora_" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        expected = build_model(model.config, seed=0).eval()
+        merged = merged_state_dict(lora)
+        sent = sync_tensors(merged, adapted_names(lora), torch.bfloat16)
+        base = model.state_dict()  # synced in bf16 too: the server holds it rounded
+        expected.load_state_dict({n: sent.get(n, t.to(torch.bfloat16)).float() for n, t in base.items()})
+        return expected
+
+    try:
+        asyncio.run(engine.sync_weights(model.state_dict(), 0))  # the base (bf16: the server's weights rounded)
+        base_bytes = engine.last_sync_bytes
+        for version, seed in ((1, 11), (2, 12)):
+            expected = train(seed)
+            ids, logprobs, reported = _sync_merged(engine, merged_state_dict(lora), version)
+            gaps = [
+                torch.tensor(lp) - trainer_logprobs(expected, prompt(), i) for i, lp in zip(ids, logprobs, strict=True)
+            ]
+            gap = max(float(g.abs().max()) for g in gaps)
+            moved = max(  # the adapters moved the policy: the module's weights would not pass
+                float((trainer_logprobs(model, prompt(), i) - trainer_logprobs(expected, prompt(), i)).abs().max())
+                for i in ids
+            )
+            print(
+                f"partial bf16 LoRA sync v{version}: {engine.last_sync_bytes} bytes (base {base_bytes}, fp32 full "
+                f"{sum(t.numel() * 4 for t in model.state_dict().values())}), gap {gap:.2e} (untrained {moved:.2e})"
+            )
+            assert reported == {version} and engine.last_sync_bytes < base_bytes / 5
+            assert gap < 1e-3 and moved > 1e-2
+    finally:
+        sync_and_score(client(url, root, model), model, version=0)  # back to the module's exact fp32 weights
+
+
+def _sync_merged(
+    engine: VllmEngine, state: dict[str, torch.Tensor], version: int
+) -> tuple[list[tuple[int, ...]], list[tuple[float, ...]], set[int]]:
+    async def run() -> tuple[list[tuple[int, ...]], list[tuple[float, ...]], set[int]]:
+        await engine.sync_weights(state, version)
+        params = [SamplingParams(1.0, max_new_tokens=32, stop_ids=(), seed=s) for s in range(4)]
+        gens = await asyncio.gather(*(engine.generate(prompt(), p) for p in params))
+        await engine.close()
+        return [g.token_ids for g in gens], [g.logprobs for g in gens], {g.policy_version for g in gens}
 
     return asyncio.run(run())
