@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from harmonyrl.engine import vllm_launch, vllm_worker
-from harmonyrl.engine.vllm_worker import WeightSync, copy_sinks, heads_of_rank, stream_experts
+from harmonyrl.engine.vllm_worker import SYNC_PROTOCOL, WeightSync, copy_sinks, heads_of_rank, stream_experts
 from harmonyrl.errors import EngineUnavailable
 
 
@@ -144,7 +144,7 @@ def test_a_sync_reloads_streamed_experts_then_the_sinks(tmp_path: Path, monkeypa
     # what vLLM 0.32 reports at every reload: the sinks' owner (we load the sinks) and the rotary embedding (computed)
     worker = FakeWorker(failing=["Attention", "YaRNScalingRotaryEmbedding"])
     report = worker.harmonyrl_load_weights(str(weights_folder(tmp_path)))
-    assert report == {"protocol": 1, "tensors": 3, "sinks": 2}
+    assert report == {"protocol": SYNC_PROTOCOL, "tensors": 3, "sinks": 2}
     assert "layers.0.mlp.experts.2.down_proj" in worker.reloaded
     assert worker.model.layers[0].attn.sinks.tolist() == [0.5, 0.25]
     # the CPU kernel's prepack, which vLLM's reload skips, ran once on each MoE layer
@@ -158,7 +158,7 @@ def test_a_layer_vllm_did_not_reload_fails_the_sync(tmp_path: Path, monkeypatch:
     worker = FakeWorker(failing=["Attention", "GptOssRoutedExperts"])
     report = worker.harmonyrl_load_weights(str(weights_folder(tmp_path)))
     assert report == {
-        "protocol": 1,
+        "protocol": SYNC_PROTOCOL,
         "error": "RuntimeError: vLLM did not reload layers.0.experts.w13_weight, layers.1.experts.w13_weight",
     }
     (tmp_path / "model.safetensors").unlink()
