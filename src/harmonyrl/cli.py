@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from harmonyrl.cli_common import USER_ERRORS, console, fail
 from harmonyrl.cli_inspect import register as register_inspect
@@ -47,6 +48,15 @@ def _run_failed(e: Exception) -> typer.Exit:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     cause = f"{type(e).__name__}: {text}" if text else type(e).__name__
     return fail(f"the run stopped on an unexpected error: {cause} ({where})", code=1)
+
+
+def _interrupted(run_dir: Path, command: str) -> typer.Exit:
+    """Ctrl-C: one line saying where the run got to and how to continue it (exit 130, the shell's for SIGINT).
+    The folder is left as a kill would leave it: every completed step is checkpointed atomically."""
+    from harmonyrl.trainer.run_folder import interrupted_message
+
+    console.print(f"[yellow]{escape(interrupted_message(run_dir, command))}[/]", highlight=False, soft_wrap=True)
+    return typer.Exit(code=130)
 
 
 def _config(config: Path | None, overrides: list[str] | None, preset: Path | None = None) -> RunConfig:
@@ -203,6 +213,8 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
         raise fail(str(e)) from None
     except (RunFolderError, EngineStopped, FaultBreakerTripped) as e:
         raise fail(str(e), code=1) from None
+    except KeyboardInterrupt:
+        raise _interrupted(run_dir, "train") from None
     except Exception as e:
         raise _run_failed(e) from None
     if world.is_main and (run_dir / "summary.json").is_file():
@@ -274,13 +286,16 @@ def sft(
     from harmonyrl.trainer.run_errors import RunFolderError
     from harmonyrl.trainer.run_folder import discard_if_unstarted
 
+    run_dir = cfg.output_dir / str(cfg.run_name)
     try:
-        with discard_if_unstarted(cfg.output_dir / str(cfg.run_name)):
+        with discard_if_unstarted(run_dir):
             path = asyncio.run(sft_only(cfg, console, resume=resume is not None, overwrite=overwrite))
     except USER_ERRORS as e:
         raise fail(str(e)) from None
     except RunFolderError as e:
         raise fail(str(e), code=1) from None
+    except KeyboardInterrupt:
+        raise _interrupted(run_dir, "sft") from None
     except Exception as e:
         raise _run_failed(e) from None
     console.print(f"SFT checkpoint: [bold]{path}[/]")

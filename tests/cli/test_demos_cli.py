@@ -78,5 +78,8 @@ def test_a_file_with_nothing_usable_or_no_file_is_one_line(tmp_path: Path) -> No
     line = _one_line(" ".join(result.output.split("\n")))
     assert line.startswith(f"error: sft.demos: no usable demonstration in '{bad}': demos: 0 used, 1 skipped")
     assert not (tmp_path / "r").exists()  # an unstarted run folder is not left behind
+    kept = Path(line.rsplit("; every issue in ", 1)[1])  # ... so the report it names is kept elsewhere
+    assert [json.loads(row)["kind"] for row in kept.read_text().splitlines()] == ["invalid"]
+    kept.unlink()
     missing = runner.invoke(app, ["sft", *SFT, f"sft.demos={tmp_path}/none.parquet", f"output_dir={tmp_path}"])
     assert missing.exit_code == 2 and "does not exist" in _one_line(" ".join(missing.output.split("\n")))

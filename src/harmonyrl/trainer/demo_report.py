@@ -1,10 +1,13 @@
 """What a demonstrations file gave, said once: a summary line for the console, every issue in the run folder
-(``demos_report.jsonl``), and a one-line error when nothing in the file is usable."""
+(``demos_report.jsonl``), and a one-line error when nothing in the file is usable, naming a report kept outside
+the run folder (which a run that fails before its first step removes)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -77,14 +80,20 @@ def write_report(loaded: FileDemos, path: Path) -> None:
     path.write_text("".join(json.dumps(dataclasses.asdict(i)) + "\n" for i in loaded.issues))
 
 
-def usable_or_fail(loaded: FileDemos, report: Path | None) -> None:
-    """A one-line ``DemoFileError`` when the file gave no demonstration at all."""
+def usable_or_fail(loaded: FileDemos) -> None:
+    """A one-line ``DemoFileError`` when the file gave no demonstration at all. Its report is then kept in a file
+    of its own outside the run folder, named in the message: a run that fails before its first step removes its
+    folder, and the report in it with it."""
     if loaded.demos:
         return
     if loaded.rows == 0:
         raise DemoFileError(f"sft.demos: '{loaded.file}' holds no conversation")
-    see = f"; every issue in {report}" if report is not None else ""
-    raise DemoFileError(f"sft.demos: no usable demonstration in '{loaded.file}': {summary(loaded)}{see}")
+    fd, name = tempfile.mkstemp(prefix="harmonyrl-demos-report-", suffix=".jsonl")
+    os.close(fd)
+    write_report(loaded, Path(name))
+    raise DemoFileError(
+        f"sft.demos: no usable demonstration in '{loaded.file}': {summary(loaded)}; every issue in {name}"
+    )
 
 
 async def demos_from_file(
@@ -96,9 +105,9 @@ async def demos_from_file(
         codec, factory, config.sft.demos, config.rollout.max_seq_len, config.sft.demos_on_mismatch
     )
     report = run_dir / REPORT_FILE if run_dir is not None else None
+    usable_or_fail(loaded)
     if report is not None:
         write_report(loaded, report)
-    usable_or_fail(loaded, report)
     where = f"  (every issue: {report})" if report is not None and loaded.issues else ""
     Console(highlight=False, soft_wrap=True).print(summary(loaded) + where, markup=False)
     return loaded.demos, loaded.skipped

@@ -11,6 +11,7 @@ Light on imports on purpose: the command line uses it before loading torch.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -30,6 +31,34 @@ def has_progress(run_dir: Path) -> bool:
         return True
     checkpoints = run_dir / "checkpoints"
     return checkpoints.is_dir() and any(checkpoints.iterdir())
+
+
+def completed(run_dir: Path) -> tuple[str, int] | None:
+    """``("RL", 7)`` when the last training row of ``run_dir/metrics.jsonl`` is RL step 7 (``("SFT", n)``: n SFT
+    steps done), None when there is none: where an interrupted run got to. A line cut mid-write is skipped."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    for line in reversed(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step, int) and row.get("phase") == "rl":
+            return "RL", step
+        if isinstance(step, int) and row.get("phase") == "sft":
+            return "SFT", step + 1  # SFT rows count from 0
+    return None
+
+
+def interrupted_message(run_dir: Path, command: str) -> str:
+    """What Ctrl-C says: where the run got to and the command that continues it, or that nothing was kept."""
+    if not run_dir.is_dir():
+        return "interrupted before the first step: nothing to resume (the run folder was removed)"
+    done = completed(run_dir)
+    where = f"after {done[0]} step {done[1]}" if done is not None else "before the first step"
+    return f"interrupted {where}; resume with: harmonyrl {command} --resume {run_dir}"
 
 
 @contextmanager
