@@ -150,3 +150,19 @@ def test_a_checkpoint_too_large_for_the_device_is_one_line_before_any_weight_is_
     assert not (out / "r").exists()
     monkeypatch.undo()
     assert setup.load_for(folder, tok).config.num_hidden_layers == 2
+
+
+def test_engine_terms_equal_what_a_sharing_engine_holds() -> None:
+    """The engine's own count (``LocalEngine.memory``, by storage) against the model: merged adapted matrices and
+    the KV cache with windowed sliding layers, to the byte."""
+    from harmonyrl.engine.local.engine import LocalEngine
+    from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+
+    config = build_config("micro", 1024, 0, 1)
+    model = build_model(config, 0)
+    add_lora(model, r=16, alpha=32, dropout=0.0, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    engine = LocalEngine(model, max_batch=8, max_seq_len=256, kernel="torch", share_weights=True)
+    held = engine.memory(beside=model)
+    plan = Plan(weight_bytes=4, engine="shared", engine_bytes=4, kv_sequences=8, kv_length=256)
+    predicted = estimate(config, plan)
+    assert (predicted.engine_weights, predicted.kv_cache) == (held.weights, held.kv_cache)
