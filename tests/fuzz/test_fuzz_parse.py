@@ -11,24 +11,13 @@ parsing again gives the same messages.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_settings import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harmonyrl.harmony import HarmonyTokenizer, O200kCodec, ParseResult, parse_completion, render_completion
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.types import Message
-
-
-def fuzz(examples: int) -> settings:
-    """``examples`` deterministic examples (a function of the test, not of a seed or a database): CI sees the
-    same inputs on every run."""
-    return settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_settings import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harmonyrl.envs.tools import Tool, observation
@@ -20,17 +21,6 @@ from harmonyrl.harmony import HarmonyTokenizer, O200kCodec, parse_completion, re
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import observation_ids
 from harmonyrl.types import Message
-
-
-def fuzz(examples: int) -> settings:
-    """``examples`` deterministic examples: CI sees the same inputs on every run."""
-    return settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from fuzz_settings import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -24,19 +25,6 @@ from tiny_run import tiny_run
 
 runner = CliRunner()
 TINY = tiny_run("rl.steps=2", "eval.n_tasks=2", "eval.samples_per_task=1", "rollout.max_new_tokens=16", "threads=1")
-
-
-def fuzz(examples: int) -> settings:
-    """``examples`` deterministic examples: CI sees the same inputs on every run. No shrinking: each example is a
-    resume, and the failing corruption is readable as it is."""
-    return settings(
-        max_examples=examples,
-        phases=(Phase.explicit, Phase.generate),
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -93,7 +81,7 @@ def _as_killed(run: Path) -> None:
     shutil.rmtree(run / "checkpoints" / "final")
 
 
-@fuzz(12)
+@fuzz(12, shrink=False)
 @given(killed=st.booleans(), corruptions=st.lists(_corruption, min_size=1, max_size=3))
 def test_a_corrupted_run_folder_resumes_or_refuses_in_one_line_changing_nothing(
     finished_run: Path, killed: bool, corruptions: list[Corruption]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_settings import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harmonyrl.envs.base import Env, EnvFactory
@@ -37,17 +38,6 @@ from harmonyrl.tasks.config import (
 )
 from harmonyrl.tasks.factory import make_factory
 from harmonyrl.types import Message, StepResult, ToolSpec
-
-
-def fuzz(examples: int) -> settings:
-    """``examples`` deterministic examples: CI sees the same inputs on every run."""
-    return settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
 
 
 @dataclass(frozen=True)

@@ -19,19 +19,13 @@ import torch
 from safetensors.torch import save_file
 from transformers import GptOssForCausalLM
 
+from harmonyrl.models.synthetic import GPT_OSS_20B
+
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 """Magnitudes of the 3-bit E2M1 codes 0-7."""
 EXPERT_MATRICES = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
-# openai/gpt-oss-20b config.json's quantization_config (transformers' conversion script writes the same)
-QUANTIZATION_CONFIG = {
-    "modules_to_not_convert": [
-        "model.layers.*.self_attn",
-        "model.layers.*.mlp.router",
-        "model.embed_tokens",
-        "lm_head",
-    ],
-    "quant_method": "mxfp4",
-}
+QUANTIZATION_CONFIG = GPT_OSS_20B["quantization_config"]
+"""openai/gpt-oss-20b config.json's quantization_config (transformers' conversion script writes the same)."""
 
 
 def block_exponents(weight: torch.Tensor) -> torch.Tensor:
