@@ -215,3 +215,16 @@ def test_a_team_episode_names_the_role_that_played_it() -> None:
     line = {"step": 1, "task_id": "relay-1", "reward": 1.0, "failure": None, "turns": []}
     assert "role planner&lt;b&gt;" in _episode(line | {"team_role": "planner<b>"})  # escaped, like every field
     assert "role " not in _episode(line)  # a single agent's episode names no role
+
+
+def test_the_plan_check_is_a_table_of_its_own(tmp_path: Path) -> None:
+    run = write_synthetic_run(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["plan"] = {"hardware": "this machine (measured)", "predicted": {"step_s": 5.64, "memory_gib": 1.0},
+                       "measured": {"step_s": 5.7, "memory_gib": None},
+                       "predicted_over_measured": {"step_s": 0.99, "memory_gib": None}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = write_report(run).read_text()
+    assert "<h3>Plan check (this machine (measured); docs/plan.md)</h3>" in page
+    assert '<tr><td>step_s</td><td class="num">5.64</td><td class="num">5.7</td><td class="num">0.99</td></tr>' in page
+    assert "{&quot;hardware" not in page  # not dumped as JSON into the summary table

@@ -153,13 +153,14 @@ def _header(data: RunData, run_dir: Path, series: Series) -> str:
     facts: dict[str, object] = {
         "SFT steps": len(series["sft/loss"][0]) if "sft/loss" in series else 0,
         "RL steps": max(rl_steps, default=0),
-        **data.summary,
+        **{k: v for k, v in data.summary.items() if k != "plan"},
     }
     cells = "".join(f'<tr><td>{esc(str(k))}</td><td class="num">{esc(_fmt(v))}</td></tr>' for k, v in facts.items())
     parts = [
         f"<h1>Run report: {esc(data.name)}</h1>",
         f'<p class="meta">{esc(str(run_dir))} · {len(data.rows)} metric rows</p>',
         f'<table class="summary">{cells}</table>',
+        *_plan_check(data.summary.get("plan")),
     ]
     if data.config_text is not None:
         parts.append(
@@ -167,6 +168,21 @@ def _header(data: RunData, run_dir: Path, series: Series) -> str:
         )
     parts += [f'<p class="warn">{esc(w)}</p>' for w in data.warnings]
     return "<header>" + "\n".join(parts) + "</header>"
+
+
+def _plan_check(plan: object) -> list[str]:
+    """The plan's prediction beside the run's measurement (``summary.json``'s ``plan``, docs/plan.md), if any."""
+    if not isinstance(plan, dict) or not all(isinstance(plan.get(k), dict) for k in ("predicted", "measured")):
+        return []
+    predicted, measured, ratio = plan["predicted"], plan["measured"], plan.get("predicted_over_measured") or {}
+    head = "<tr><td></td><td>predicted</td><td>measured</td><td>predicted / measured</td></tr>"
+    rows = "".join(
+        f'<tr><td>{esc(str(k))}</td><td class="num">{esc(_fmt(predicted[k]))}</td>'
+        f'<td class="num">{esc(_fmt(measured.get(k)))}</td><td class="num">{esc(_fmt(ratio.get(k)))}</td></tr>'
+        for k in predicted
+    )
+    where = esc(str(plan.get("hardware", "")))
+    return [f"<h3>Plan check ({where}; docs/plan.md)</h3>", f'<table class="summary">{head}{rows}</table>']
 
 
 def _message(msg: object, observation: bool = False) -> str:
