@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from harmonyrl.cli_common import USER_ERRORS, console, fail
+from harmonyrl.cli_common import HELP_CONTEXT, HELP_MARKUP, USER_ERRORS, console, fail
 from harmonyrl.cli_inspect import register as register_inspect
 from harmonyrl.cli_rm import rm_app
 from harmonyrl.config import ConfigError, RunConfig, load_config
@@ -20,7 +20,13 @@ from harmonyrl.config import ConfigError, RunConfig, load_config
 if TYPE_CHECKING:  # torch behind it: imported inside the command
     from harmonyrl.distributed.world import World
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agentic RL for GPT-OSS-style models.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Agentic RL for GPT-OSS-style models.",
+    rich_markup_mode=HELP_MARKUP,
+    context_settings=HELP_CONTEXT,
+)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")]
 PresetOpt = Annotated[

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -34,6 +36,14 @@ def make_console() -> Console:
 
 
 console = make_console()
+
+HELP_MARKUP: Literal["rich"] | None = "rich" if console.is_terminal else None
+"""``--help`` on a terminal: typer's rich panels. Sent to a file: click's plain help (panels would either wrap
+option help and defaults at 80 columns or stretch their borders across the unlimited width)."""
+HELP_CONTEXT: dict[str, Any] = (
+    {} if console.is_terminal else {"max_content_width": UNLIMITED_WIDTH, "terminal_width": UNLIMITED_WIDTH}
+)
+"""Click's settings for that plain help: one line per option, its help and ``[default: …]`` whole."""
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     FileExistsError,

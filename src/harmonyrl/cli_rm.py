@@ -11,14 +11,18 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from harmonyrl.cli_common import console, fail
+from harmonyrl.cli_common import HELP_MARKUP, console, fail
 from harmonyrl.config import ConfigError, load_config, parse_override
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.errors import CheckpointError
 from harmonyrl.rewards.config import RMTrainConfig
 from harmonyrl.rewards.pair_files import PairFileError
 
-rm_app = typer.Typer(no_args_is_help=True, help="Reward models: preference pairs, Bradley–Terry training.")
+rm_app = typer.Typer(
+    no_args_is_help=True,
+    help="Reward models: preference pairs, Bradley–Terry training.",
+    rich_markup_mode=HELP_MARKUP,
+)
 USER_ERRORS = (ConfigError, PairFileError, CheckpointError, UserCodeError, FileExistsError, FileNotFoundError)
 
 
