@@ -6,7 +6,7 @@ from stored episodes), ``show`` (a step's episodes) and ``report`` (a run's HTML
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from harmonyrl.cli_common import USER_ERRORS, console, fail
 from harmonyrl.config import ConfigError
 from harmonyrl.envs.loader import TargetError
 from harmonyrl.errors import CheckpointError
+
+if TYPE_CHECKING:  # torch behind it: imported inside the command
+    from harmonyrl.trainer.replay_step import ReplayResult
 
 
 def check_env_cmd(
@@ -24,7 +27,7 @@ def check_env_cmd(
 ) -> None:
     """Check a user environment against the contract the rollout layer relies on, and call every tool with wrong
     arguments to show where each lands (an error observation the model reads, or a masked fault); exit 1 on any
-    error (warnings, e.g. a tool without a description, are shown but do not fail it)."""
+    error (warnings, such as a tool without a description, are shown but do not fail it)."""
     from rich.markup import escape
 
     from harmonyrl.envs.checker import check_target, errors
@@ -96,11 +99,18 @@ def check_checkpoint_cmd(
 def replay(
     run_dir: Annotated[Path, typer.Argument(help="A run folder with recorded rollouts (rollouts/step_*.parquet).")],
     step: Annotated[int, typer.Option(min=1, help="The RL step to re-run from its stored episodes.")],
-    checkpoint: Annotated[Path | None, typer.Option(help="State saved at RL step N-1 (not needed for step 1).")] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            help="State after RL step N-1 (`replay --save DIR` of that step, or checkpoints/last of a run stopped "
+            "there). Without it, steps 1..N-1 are replayed first from the run's recorded episodes."
+        ),
+    ] = None,
     save: Annotated[Path | None, typer.Option(help="Write the replayed state here (to chain replays).")] = None,
     rescore: Annotated[bool, typer.Option(help="Also re-score the stored episodes through the environment.")] = False,
 ) -> None:
-    """Re-run one training step from stored episodes (no generation) and compare with the run's weights."""
+    """Re-run one training step from stored episodes (no generation) and compare its metrics with metrics.jsonl, and
+    its weights bit for bit where the run has a checkpoint of them; exit 1 on a difference."""
     from harmonyrl.trainer import replay_step as rp
     from harmonyrl.trainer.run_errors import is_storage_error, storage_message
 
@@ -115,19 +125,46 @@ def replay(
         if not is_storage_error(e):
             raise
         raise fail(storage_message(e, None)) from None
-    console.print({k: round(v, 6) for k, v in sorted(result.metrics.items()) if k.startswith(("train/", "guard/"))})
-    if result.identical is None:
-        console.print("no checkpoint of this run is at this step: nothing to compare (use --save to chain)")
-    else:
-        verdict = "[green]bit-identical[/]" if result.identical else f"[red]differs[/] in {', '.join(result.differing)}"
-        console.print(f"replayed step {step} vs {result.compared_with}: {verdict}")
+    _print_replay(run_dir, result)
     if rescore:
         changed = [r for r in rows if r.stored_reward != r.new_reward]
         console.print(f"re-scored {len(rows)} episodes: {len(changed)} rewards differ from the stored ones")
         for r in changed[:10]:
             console.print(f"  {r.task_id}: stored {r.stored_reward:g} → now {r.new_reward:g}")
-    if result.identical is False:
+    if result.identical is False or result.matches_metrics is False:
         raise typer.Exit(code=1)
+
+
+def _print_replay(run_dir: Path, result: ReplayResult) -> None:
+    """The replayed step's main metrics beside the recorded ones, then one verdict line per check."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    step = result.step
+    how = f" (steps 1-{result.chained} replayed first: no checkpoint of the state before it)" if result.chained else ""
+    console.print(f"replayed RL step {step} of {run_dir}{how}", highlight=False, soft_wrap=True)
+    recorded = result.recorded or {}
+    table = Table("metric", "replayed", "recorded (metrics.jsonl)", "", box=None, pad_edge=False)
+    for key, value in sorted(result.metrics.items()):
+        if key.startswith(("train/", "guard/")):
+            was = recorded.get(key)
+            mark = "" if was is None else "[green]=[/]" if (key, value, was) not in result.metric_diffs else "[red]≠[/]"
+            table.add_row(key, f"{value:.9g}", "" if was is None else f"{was:.9g}", mark)
+    console.print(table)
+    if result.recorded is None:
+        console.print(f"metrics.jsonl has no row for RL step {step}: nothing to compare the metrics with")
+    elif diffs := result.metric_diffs:
+        names = ", ".join(f"{k} ({v:.9g} vs {r:.9g})" for k, v, r in diffs[:5])
+        console.print(f"metrics [red]differ[/] from metrics.jsonl in {len(diffs)}: {escape(names)}", soft_wrap=True)
+    else:
+        console.print(f"metrics: all {len(result.recorded)} the update computes [green]equal[/] to metrics.jsonl")
+    if result.identical is None:
+        console.print(
+            f"weights: no checkpoint of the state after step {step} to compare with (the run keeps only its last)"
+        )
+    else:
+        verdict = "[green]bit-identical[/]" if result.identical else f"[red]differ[/] in {', '.join(result.differing)}"
+        console.print(f"weights vs {result.compared_with}: {verdict}", soft_wrap=True)
 
 
 def show(
@@ -135,7 +172,8 @@ def show(
     step: Annotated[int, typer.Option(min=1, help="RL step whose episodes to print.")],
     limit: Annotated[int, typer.Option(min=1, help="Episodes to print.")] = 8,
 ) -> None:
-    """Print one step's episodes in readable harmony form: turns, channels, tool calls and results, reward."""
+    """Print one step's episodes in readable harmony form: the task's prompt and expected answer, turns, channels,
+    tool calls and results, reward and its terms."""
     from harmonyrl.rollout.show import format_episodes
     from harmonyrl.rollout.store import RolloutFileError, read_step, step_path
 

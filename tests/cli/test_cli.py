@@ -238,8 +238,10 @@ def test_replay_and_show_on_a_recorded_run(tmp_path: Path) -> None:
     assert shown.exit_code == 0 and "reward" in shown.output.lower()
     missing = runner.invoke(app, ["show", str(run), "--step", "9"])
     assert missing.exit_code == 2 and "Traceback" not in missing.output
-    wrong = runner.invoke(app, ["replay", str(run), "--step", "2"])  # needs the state after step 1
-    assert wrong.exit_code == 2 and "step 1" in wrong.output
+    chained = runner.invoke(app, ["replay", str(run), "--step", "2"])  # no state after step 1: step 1 replayed first
+    assert chained.exit_code == 0, chained.output
+    assert "steps 1-1 replayed first" in chained.output and "equal to metrics.jsonl" in chained.output
+    assert "bit-identical" in chained.output and "{'" not in chained.output  # a table, not a Python dict
 
 
 def test_warm_start_on_a_users_task_file_is_a_one_line_error(tmp_path: Path) -> None:

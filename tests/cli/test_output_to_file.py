@@ -66,3 +66,13 @@ def test_compare_table_is_whole_in_a_file(tmp_path: Path) -> None:
         assert column in header, column  # every column of compare.md, named whole
     assert [r["algo"] for r in data["results"]] == ["grpo", "sac"]
     assert any(line.startswith("── SFT warm start, seed 0 ──") for line in lines)
+
+
+def test_help_in_a_file_shows_whole_defaults(tmp_path: Path) -> None:
+    lines = run_to_file(tmp_path, "compare", "--help")
+    [algos] = [line for line in lines if line.lstrip().startswith("--algos")]
+    assert algos.rstrip().endswith("[default: ppo,grpo,rloo,reinforce_pp,gspo,sac]"), lines
+    assert not any(set(line.strip()) <= set("─╭╮╰╯│ ") and line.strip() for line in lines)  # no panel borders
+    commands = run_to_file(tmp_path, "--help")
+    [check] = [line for line in commands if line.lstrip().startswith("check-env")]
+    assert check.rstrip().endswith("are shown but do not fail it)."), commands  # whole, not cut at 80 or "e.g."

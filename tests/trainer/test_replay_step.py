@@ -160,9 +160,19 @@ def test_replay_notices_a_different_update(run: Run, tmp_path: Path) -> None:
     assert result.identical is False and len(result.differing) > 0
 
 
-def test_replay_needs_the_checkpoint_before_the_step(run: Run) -> None:
-    with pytest.raises(CheckpointError, match=r"needs the checkpoint saved after RL step 1.*--checkpoint"):
-        replay_step(run.path, 2)  # checkpoints/last is at step 2
+def test_without_a_checkpoint_before_the_step_the_earlier_steps_are_replayed_first(run: Run) -> None:
+    chained = replay_step(run.path, 2)  # checkpoints/last is at step 2: step 1 is replayed from its episodes first
+    assert chained.chained == 1 and chained.metrics == run.metrics[1] and chained.identical is True
+    _assert_bit_equal(chained.state_dict, run.after[1])
+    assert chained.recorded is None and chained.matches_metrics is None  # this fixture writes no metrics.jsonl
+
+
+def test_a_missing_earlier_record_or_a_checkpoint_at_the_wrong_step_is_one_line(run: Run, tmp_path: Path) -> None:
+    copy = tmp_path / "r"
+    shutil.copytree(run.path, copy)
+    step_path(copy, 1).unlink()
+    with pytest.raises(CheckpointError, match=r"replays steps 1-1 first, but '.*step_00001\.parquet' is missing"):
+        replay_step(copy, 2)
     with pytest.raises(CheckpointError, match=r"after RL step 1; '.*sft' was saved at step 0"):
         replay_step(run.path, 2, checkpoint=run.path / "checkpoints" / "sft")
     with pytest.raises(CheckpointError, match="do not pass a checkpoint"):
@@ -195,7 +205,7 @@ def test_rescore_gives_the_stored_rewards_back(run: Run) -> None:
 
 # A 3-step SFT model scores 0 everywhere and GRPO would skip every group: keep the groups and add an entropy
 # bonus, so that each RL step really changes the weights (else "bit-exact" would be trivially true).
-REAL = tiny_run("threads=1", "rl.skip_zero_variance_groups=false", "rl.entropy_coef=0.01")
+REAL = tiny_run("threads=1", "rl.steps=3", "rl.skip_zero_variance_groups=false", "rl.entropy_coef=0.01")
 
 
 @pytest.fixture(scope="module")
@@ -212,21 +222,47 @@ def _as_recorded(value: float) -> object:
 
 
 def test_a_real_run_replays_bit_exactly(real_run: Path, tmp_path: Path) -> None:
-    assert list_steps(real_run) == [1, 2]
+    assert list_steps(real_run) == [1, 2, 3]
     lines = (real_run / "rollouts" / "episodes.jsonl").read_text().splitlines()
-    stored = [episode_to_json(t, s) for s in (1, 2) for t in read_step(step_path(real_run, s))]
+    stored = [episode_to_json(t, s) for s in (1, 2, 3) for t in read_step(step_path(real_run, s))]
     assert [json.loads(line) for line in lines] == json.loads(json.dumps(stored))  # same episodes, same order
     rl = {r["step"]: r for r in map(json.loads, (real_run / "metrics.jsonl").read_text().splitlines())
           if r["phase"] == "rl"}  # fmt: skip
     first = replay_step(real_run, 1, save_to=tmp_path / "after_1")  # from checkpoints/sft, fresh learner
     assert first.identical is None and first.metrics["train/skipped"] == 0.0
     assert {k: rl[1][k] for k in first.metrics} == {k: _as_recorded(v) for k, v in first.metrics.items()}
-    last = replay_step(real_run, 2, checkpoint=tmp_path / "after_1")
+    middle = replay_step(real_run, 2, checkpoint=tmp_path / "after_1", save_to=tmp_path / "after_2")
+    assert middle.identical is None and middle.matches_metrics is True
+    assert {k: rl[2][k] for k in middle.metrics} == {k: _as_recorded(v) for k, v in middle.metrics.items()}
+    last = replay_step(real_run, 3, checkpoint=tmp_path / "after_2")
     assert last.compared_with == real_run / "checkpoints" / "final"
-    assert last.identical is True
-    assert {k: rl[2][k] for k in last.metrics} == {k: _as_recorded(v) for k, v in last.metrics.items()}
+    assert last.identical is True and last.matches_metrics is True
     sft = load_for(real_run / "checkpoints" / "sft", HarmonyTokenizer.load_default()).state_dict()
     assert differing_tensors(sft, last.state_dict)  # the replayed steps did move the weights
+
+
+def test_a_middle_step_without_a_checkpoint_matches_metrics_jsonl(real_run: Path) -> None:
+    """The run keeps no checkpoint before step 2: steps 1 is replayed from its episodes, then step 2, and every
+    metric the update computes equals the step's row in metrics.jsonl."""
+    middle = replay_step(real_run, 2)
+    assert middle.chained == 1 and middle.identical is None  # no checkpoint of the weights after step 2 either
+    assert middle.recorded is not None and middle.recorded.keys() == middle.metrics.keys()
+    assert middle.matches_metrics is True and middle.metric_diffs == []
+    assert middle.metrics["train/skipped"] == 0.0 and middle.metrics["train/grad_norm"] > 0  # a real update
+    last = replay_step(real_run, 3)  # chained through 1 and 2, then compared bit for bit with final
+    assert (last.chained, last.identical, last.matches_metrics) == (2, True, True)
+
+
+def test_a_replay_that_differs_from_metrics_jsonl_says_which_metric(real_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "r"
+    shutil.copytree(real_run, copy)
+    rows = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["phase"] == "rl" and row["step"] == 1:
+            row["train/loss"] += 1e-9
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = replay_step(copy, 1)
+    assert result.matches_metrics is False and [k for k, _, _ in result.metric_diffs] == ["train/loss"]
 
 
 def test_a_real_run_rescores_and_shows(real_run: Path) -> None:

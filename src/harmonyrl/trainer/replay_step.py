@@ -10,8 +10,14 @@ own RNG in the learner state, the value head starts at zero). The process is set
 (same thread count, deterministic kernels), because float reductions depend on the thread count.
 
 Which weights are "before step N": step 1 starts from the RL start weights with a fresh learner; step N > 1
-needs a checkpoint saved after step N - 1 (``checkpoints/last`` of a run stopped there, or a copy of it).
-When ``checkpoint`` is not given and ``checkpoints/last`` is at step N - 1, that one is used.
+starts from a checkpoint saved after step N - 1 when there is one (``checkpoint``, e.g. ``replay --save DIR`` of
+step N - 1, or ``checkpoints/last`` when the run stopped there). A run keeps only its newest ``last``, so without
+one the state before step N is rebuilt from the episodes alone: steps 1 … N - 1 are replayed from the RL start
+in memory, each bit-exact, so the chain reaches exactly the state the run had.
+
+What a replay is checked against: the step's row of ``metrics.jsonl`` always (every metric the update computes —
+loss, grad norm, entropy, KL, clip fraction, mismatch, routing — must be equal, NaN to NaN), and the weights bit
+for bit where the run has a checkpoint of the state after the step (``final`` for its last step, ``last``).
 
 Re-scoring (:func:`rescore`) replays each episode's assistant turns through a fresh environment and sums the
 rewards again. It is a check of the *environment*, not of training, and is not always reproducible: a tool
@@ -22,7 +28,8 @@ environment failure have no trustworthy reward. Both kinds are skipped and left 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,6 +41,7 @@ from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.rollout.store import list_steps, read_step, step_path
+from harmonyrl.telemetry.metrics import read_metrics
 from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.resume import last_dir
@@ -54,6 +62,27 @@ class ReplayResult:
     """Every weight tensor equal bit for bit to ``compared_with`` (None: nothing to compare with)."""
     differing: tuple[str, ...] = ()
     """Names of the tensors that differ (empty when identical)."""
+    recorded: dict[str, float] | None = None
+    """The step's metrics as ``metrics.jsonl`` recorded them (the keys the update computes), None if it has no
+    row for the step."""
+    chained: int = 0
+    """Steps replayed first to rebuild the state before this one (no checkpoint of it was at hand)."""
+
+    @property
+    def metric_diffs(self) -> list[tuple[str, float, float]]:
+        """(name, replayed, recorded) of every update metric whose recorded value differs."""
+        if self.recorded is None:
+            return []
+        return [
+            (k, v, r)
+            for k, v in sorted(self.metrics.items())
+            if (r := self.recorded.get(k, v)) != v and not _both_nan(v, r)
+        ]
+
+    @property
+    def matches_metrics(self) -> bool | None:
+        """Every update metric equal to the recorded one (None: no recorded row to compare with)."""
+        return None if self.recorded is None else not self.metric_diffs
 
 
 class ReplayError(ValueError):
@@ -90,13 +119,17 @@ def _rl_step_of(folder: Path) -> int | None:
     return state["step"] if state.get("phase", "rl") == "rl" else None
 
 
-def _pre_step_checkpoint(run_dir: Path, step: int, checkpoint: Path | None) -> Path:
-    """The checkpoint holding the state before ``step`` (> 1), or a CheckpointError naming what is needed."""
-    need = f"replaying RL step {step} needs the checkpoint saved after RL step {step - 1}"
+def _both_nan(a: float, b: float) -> bool:
+    return math.isnan(a) and math.isnan(b)
+
+
+def _pre_step_checkpoint(run_dir: Path, step: int, checkpoint: Path | None) -> Path | None:
+    """The checkpoint holding the state before ``step`` (> 1): ``checkpoint``, or ``checkpoints/last`` when it is
+    at step - 1; None when neither (the state is then rebuilt from the episodes). A ``checkpoint`` at another step
+    is a CheckpointError."""
     if checkpoint is None:
-        if _rl_step_of(_last(run_dir)) == step - 1:
-            return _last(run_dir)
-        raise CheckpointError(f"{need} (pass --checkpoint DIR; '{_last(run_dir)}' is not at that step)")
+        return _last(run_dir) if _rl_step_of(_last(run_dir)) == step - 1 else None
+    need = f"replaying RL step {step} needs the checkpoint saved after RL step {step - 1}"
     state = _read_state(checkpoint)
     if state.get("phase", "rl") != "rl" or state["step"] != step - 1:
         got = f"{state['phase']} step {state['step']}" if "phase" in state else f"step {state['step']}"
@@ -104,19 +137,23 @@ def _pre_step_checkpoint(run_dir: Path, step: int, checkpoint: Path | None) -> P
     return checkpoint
 
 
-def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path | None) -> Learner:
-    """The learner exactly as ``train`` holds it right before RL step ``step`` (1-based)."""
+def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path | None) -> tuple[Learner, int]:
+    """The learner exactly as ``train`` holds it right before RL step ``step`` (1-based), and how many steps were
+    replayed to get there (0 when a checkpoint was at hand)."""
     tok = load_codec(config.model.tokenizer)
     pad, norm = tok.special.endoftext, float(config.rollout.max_seq_len)
     sft = run_dir / "checkpoints" / "sft"
     if config.sft.steps > 0 and config.model.init_from is None and not (sft / "config.json").is_file():
         # rl_start_model would fall back to a fresh model: a wrong reference (and step-1 start), silently
         raise CheckpointError(f"'{sft}' is missing: it holds the weights RL started from (the reference model)")
-    if step == 1:
-        if checkpoint is not None:
-            raise CheckpointError("replaying RL step 1 starts from the RL start weights; do not pass a checkpoint")
-        return Learner.create(config.rl, rl_start_model(config, run_dir, tok), pad, norm, config.seed)
-    folder = _pre_step_checkpoint(run_dir, step, checkpoint)
+    if step == 1 and checkpoint is not None:
+        raise CheckpointError("replaying RL step 1 starts from the RL start weights; do not pass a checkpoint")
+    folder = _pre_step_checkpoint(run_dir, step, checkpoint) if step > 1 else None
+    if folder is None:  # from the RL start, through every earlier step's recorded episodes
+        learner = Learner.create(config.rl, rl_start_model(config, run_dir, tok), pad, norm, config.seed)
+        for earlier in range(1, step):
+            replay_update(learner, _episodes_before(run_dir, earlier, step))
+        return learner, step - 1
     state = _read_state(folder)
     learner = Learner.create(config.rl, rl_start_model(config, run_dir, tok), pad, norm, config.seed)
     model = load_for(folder, tok)
@@ -129,7 +166,38 @@ def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path 
     if (learner.value_head is not None or learner.soft_q is not None) and not extra:
         raise CheckpointError(f"checkpoint '{folder}' has no learner state (value head / soft-Q), needed here")
     learner.load_extra_state(extra)
-    return learner
+    return learner, 0
+
+
+def _episodes_before(run_dir: Path, earlier: int, step: int) -> list[Trajectory]:
+    """Step ``earlier``'s episodes, to rebuild the state before ``step``; a one-line error if not recorded."""
+    path = step_path(run_dir, earlier)
+    if not path.is_file():
+        raise CheckpointError(
+            f"replaying RL step {step} without a checkpoint replays steps 1-{step - 1} first, but '{path}' is "
+            f"missing; pass --checkpoint DIR, the state after RL step {step - 1} (`harmonyrl replay --save DIR` of "
+            "that step, or checkpoints/last of a run stopped there)"
+        )
+    return read_step(path)
+
+
+def recorded_metrics(run_dir: Path, step: int, keys: Iterable[str]) -> dict[str, float] | None:
+    """RL step ``step``'s recorded values of ``keys`` from ``metrics.jsonl`` (None: no row for the step)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [r for r in read_metrics(path) if r.get("phase") == "rl" and r.get("step") == step] if path.is_file() else []
+    if not rows:
+        return None
+    row = rows[-1]  # a resumed run re-wrote the step: the last row is the one that stands
+    # non-finite values are written as strings ("nan", "inf"), which float() reads back
+    return {k: float(v) for k in keys if isinstance(v := row.get(k), int | float | str) and _is_number(v)}
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(value)  # type: ignore[arg-type]  # int, float or str, as checked by the caller
+    except ValueError:
+        return False
+    return True
 
 
 def _after_step_checkpoint(run_dir: Path, step: int) -> Path | None:
@@ -164,18 +232,19 @@ def replay_step(run_dir: Path, step: int, checkpoint: Path | None = None, save_t
         raise ReplayError(f"step must be between 1 and rl.steps={config.rl.steps}, got {step}")
     trajectories = read_step(step_path(run_dir, step))  # a missing record fails before any model is loaded
     setup_process(config.seed, config.threads, adapts_threads(config))
-    learner = build_learner(config, run_dir, step, checkpoint)
+    learner, chained = build_learner(config, run_dir, step, checkpoint)
     metrics = replay_update(learner, trajectories)
+    recorded = recorded_metrics(run_dir, step, metrics)
     weights = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
     if save_to is not None:
         extra = {"phase": "rl", "learner": learner.extra_state(), "replayed_from": str(run_dir)}
         save_checkpoint(Path(save_to), learner.model, learner.optimizer, step, extra)
     after = _after_step_checkpoint(run_dir, step)
     if after is None:
-        return ReplayResult(step, metrics, weights, None, None)
+        return ReplayResult(step, metrics, weights, None, None, (), recorded, chained)
     saved = load_for(after, load_codec(config.model.tokenizer)).state_dict()
     diff = differing_tensors(weights, saved)
-    return ReplayResult(step, metrics, weights, after, not diff, diff)
+    return ReplayResult(step, metrics, weights, after, not diff, diff, recorded, chained)
 
 
 # ---------------------------------------------------------------- re-scoring through the env
