@@ -105,3 +105,18 @@ def test_every_run_records_its_plan_beside_its_measurements(tmp_path: Path) -> N
     assert all(v is not None and v > 0 for v in plan["measured"].values())
     ratio = plan["predicted_over_measured"]
     assert ratio["step_s"] == pytest.approx(plan["predicted"]["step_s"] / plan["measured"]["step_s"])
+    # a tiny run's step (4 episodes of 24 tokens) is per-step overhead, which the bounds do not model: its
+    # ratio is ~0.1; the step model is checked where compute dominates, below
+
+
+@pytest.mark.slow
+def test_the_step_model_is_within_a_factor_of_2_5_where_compute_dominates(tmp_path: Path) -> None:
+    """The nano preset at the default rollout shapes (8 tasks x 16 episodes): 0.75 measured on a quiet machine
+    (docs/plan.md). 2.5x allows a shared CI machine; a per-step overhead term is what a tighter band would need."""
+    out = tmp_path / "runs"
+    args = ["train", "model.preset=nano", "sft.steps=20", "rl.steps=3", "eval.n_tasks=8", "env.n_test=8",
+            "rl.skip_zero_variance_groups=false", f"output_dir={out}", "run_name=r"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    ratio = json.loads((out / "r" / "summary.json").read_text())["plan"]["predicted_over_measured"]["step_s"]
+    assert 1 / 2.5 <= ratio <= 2.5, ratio
