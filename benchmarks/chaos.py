@@ -334,7 +334,13 @@ def scenario_vllm(bench: Bench) -> None:
     logs = bench.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     server = Server(bench.warm, free_port(), logs / "vllm-server.log", Path(tempfile.mkdtemp(prefix="chaos-path-")))
-    engine = ["rollout.engine.kind=vllm", f"rollout.engine.url={server.url}", f"rollout.engine.model={SERVED_NAME}"]
+    # an fp32 server sent fp32 weights: the mismatch check (MISMATCH_LIMIT) is exact
+    engine = [
+        "rollout.engine.kind=vllm",
+        f"rollout.engine.url={server.url}",
+        f"rollout.engine.model={SERVED_NAME}",
+        "rollout.engine.sync_dtype=float32",
+    ]
     try:
         started = server.start()
         unkilled = bench.out / "runs" / "vllm-unkilled"  # what runs A and B are compared with (recorded, not counted)
