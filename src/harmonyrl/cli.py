@@ -157,8 +157,9 @@ def _run_config(
 
     if resume is None:
         file = _preset(preset)
-        cfg = _config(config, overrides, file)
-        return cfg if cfg.run_name else _config(config, [*(overrides or []), f"run_name={default_run_name()}"], file)
+        named = [*(overrides or []), *([f"preset={preset}"] if file is not None else [])]  # recorded in config.yaml
+        cfg = _config(config, named, file)
+        return cfg if cfg.run_name else _config(config, [*named, f"run_name={default_run_name()}"], file)
     if config is not None or overrides or overwrite or preset is not None:
         raise fail("--resume takes the run's own config.yaml; do not pass --config, overrides or --overwrite (or -p)")
     if not (resume / "config.yaml").is_file():
@@ -362,7 +363,7 @@ def evaluate(
     from harmonyrl.trainer.loop import eval_only
 
     try:
-        metrics = asyncio.run(eval_only(cfg, checkpoint, console, announce=chosen.message))
+        metrics = asyncio.run(eval_only(cfg, checkpoint, console, announce=chosen.message_for))
     except USER_ERRORS as e:
         raise fail(str(e)) from None
     import json
@@ -376,9 +377,11 @@ def evaluate(
         cells = [metrics.get(f"{side}/{name}") for side in ("eval", "eval_greedy")]
         table.add_row(name, *("" if v is None else f"{v:.4g}" for v in cells))
     console.print(table)
-    failures = {k: v for k, v in metrics.items() if k.startswith("env/")}
-    if failures:
-        console.print("environment failures: " + ", ".join(f"{k[4:]}={v:g}" for k, v in failures.items()))
+    for side, prefix in (("sampled", "eval/failure_"), ("greedy", "eval_greedy/failure_")):
+        failures = {k.removeprefix(prefix): v for k, v in sorted(metrics.items()) if k.startswith(prefix)}
+        if failures:  # masked, not counted as misses: by class, so a user sees which fault it was
+            shown = ", ".join(f"{kind}={n:g}" for kind, n in failures.items())
+            console.print(f"environment failures ({side}, left out of the scores): {shown}", highlight=False)
     console.print_json(json.dumps(metrics))
 
 

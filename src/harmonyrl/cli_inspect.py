@@ -24,16 +24,24 @@ def check_env_cmd(
         str, typer.Argument(help="MODULE:FACTORY or path/to/file.py:FACTORY (a zero-argument callable).")
     ],
     tasks: Annotated[int, typer.Option(min=1, help="Train tasks to drive scripted episodes through.")] = 5,
+    kwargs: Annotated[
+        list[str] | None,
+        typer.Argument(help="NAME=VALUE arguments for the factory, as env.kwargs.NAME=VALUE gives them in a run."),
+    ] = None,
 ) -> None:
     """Check a user environment against the contract the rollout layer relies on, and call every tool with wrong
     arguments to show where each lands (an error observation the model reads, or a masked fault); exit 1 on any
     error (warnings, such as a tool without a description, are shown but do not fail it)."""
     from rich.markup import escape
 
+    from harmonyrl.config_tree import parse_override
     from harmonyrl.envs.checker import check_target, errors
 
     try:
-        found = check_target(target, n_tasks=tasks)
+        given = dict(parse_override(text) for text in kwargs or [])
+        found = check_target(target, tasks, {k.removeprefix("env.kwargs."): v for k, v in given.items()})
+    except ConfigError as e:
+        raise fail(f"{target}: {e}") from None
     except TargetError as e:
         raise fail(f"{target}: {e}") from None
     for issue in found.issues:
@@ -47,6 +55,14 @@ def check_env_cmd(
     note = f", {warned} warning{'s' * (warned > 1)}" if warned else ""
     driven = f"{min(tasks, found.train_tasks)} of {found.train_tasks} train tasks and 1 test task driven"
     console.print(f"[green]✓[/] {escape(target)}: environment contract OK ({driven}{note})", soft_wrap=True)
+
+
+def _count(n: int) -> str:
+    """``20.91 B``, ``1.3 M``, ``2.4 k``: a parameter count at the scale it has (a tiny model is not ``0.00 B``)."""
+    for size, unit, digits in ((1e9, "B", 2), (1e6, "M", 1), (1e3, "k", 1)):
+        if n >= size:
+            return f"{n / size:.{digits}f} {unit}"
+    return str(n)
 
 
 def check_checkpoint_cmd(
@@ -65,7 +81,7 @@ def check_checkpoint_cmd(
     console.print(
         f"{folder}: gpt-oss, {c.num_hidden_layers} layers, {c.num_local_experts} experts top-{c.num_experts_per_tok}, "
         f"{c.num_attention_heads} heads / {c.num_key_value_heads} KV heads × {c.head_dim}, hidden {c.hidden_size}, "
-        f"vocab {c.vocab_size} — {rep.num_parameters:,} parameters ({rep.num_parameters / 1e9:.2f} B)",
+        f"vocab {c.vocab_size} — {rep.num_parameters:,} parameters ({_count(rep.num_parameters)})",
         highlight=False,
         soft_wrap=True,
     )
@@ -175,8 +191,16 @@ def show(
     """Print one step's episodes in readable harmony form: the task's prompt and expected answer, turns, channels,
     tool calls and results, reward and its terms."""
     from harmonyrl.rollout.show import format_episodes
-    from harmonyrl.rollout.store import RolloutFileError, read_step, step_path
+    from harmonyrl.rollout.store import RolloutFileError, list_steps, read_step, step_path
 
+    recorded = list_steps(run_dir)
+    if not recorded and (run_dir / "config.yaml").is_file():
+        raise fail(
+            f"'{run_dir}' has no RL steps recorded: an SFT-only run (harmonyrl sft) or one stopped before its first "
+            "RL step, or telemetry.record_rollouts=false"
+        )
+    if recorded and step not in recorded:
+        raise fail(f"'{run_dir}' has no RL step {step} recorded (steps {recorded[0]}-{recorded[-1]} are)")
     try:
         trajectories = read_step(step_path(run_dir, step))
     except RolloutFileError as e:

@@ -169,3 +169,15 @@ def test_dedupe_counts_other_tasks() -> None:
     issues = [CheckIssue("episode", "x", "a"), CheckIssue("episode", "y", "a"), CheckIssue("episode", "x", "b")]
     assert [str(i) for i in dedupe(issues)] == ["episode [a and 1 more task]: x", "episode [a]: y"]
     assert errors([CheckIssue("tools", "w", None, "warning")]) == []
+
+
+def test_factory_arguments_are_given_as_a_run_gives_env_kwargs() -> None:
+    result = runner.invoke(app, ["check-env", f"{EXAMPLE}:UnitFactory", "max_value=1000", "--tasks", "2"])
+    assert result.exit_code == 0, result.output
+    assert _lines(result.output)[-1].endswith("(2 of 7192 train tasks and 1 test task driven)")  # the 1000 arrived
+    spelled = runner.invoke(app, ["check-env", f"{EXAMPLE}:UnitFactory", "env.kwargs.nope=3"])
+    assert spelled.exit_code == 1 and "unexpected keyword argument 'nope'" in spelled.output
+    bad = runner.invoke(app, ["check-env", f"{EXAMPLE}:UnitFactory", "junk"])
+    assert bad.exit_code == 2 and _lines(bad.output) == [
+        f"error: {EXAMPLE}:UnitFactory: override 'junk' is not of the form key=value"
+    ]

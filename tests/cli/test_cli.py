@@ -265,3 +265,9 @@ def test_warm_start_on_a_users_task_file_is_a_one_line_error(tmp_path: Path) -> 
     assert result.exit_code != 0
     assert "not a generated sql question" in result.output and "sft.steps=0" in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_show_on_a_run_without_rl_steps_says_so(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("seed: 0\n")  # an SFT-only run's folder: config, no rollouts/
+    result = runner.invoke(app, ["show", str(tmp_path), "--step", "1"])
+    assert result.exit_code == 2 and "has no RL steps recorded: an SFT-only run" in " ".join(result.output.split())

@@ -76,7 +76,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "report/index.html" in report
     assert "environment contract OK" in check
     assert "env units" in train and "held-out pass@1:" in train
-    assert "evaluating env 'custom'" in evaluated and '"eval/success"' in evaluated
+    assert "evaluating env 'units'" in evaluated and '"eval/success"' in evaluated  # named as train names it
     assert "task units-" in show
     assert (tmp_path / "runs" / "units" / "report" / "index.html").is_file()
     assert "resuming after rl step 2" in resume

@@ -66,6 +66,22 @@ def test_compare_table_is_whole_in_a_file(tmp_path: Path) -> None:
         assert column in header, column  # every column of compare.md, named whole
     assert [r["algo"] for r in data["results"]] == ["grpo", "sac"]
     assert any(line.startswith("── SFT warm start, seed 0 ──") for line in lines)
+    # both arms at 0 % on a 4-task evaluation: the table ranks nothing, and says so, on the console and in compare.md
+    [note] = [line for line in lines if line.startswith("note: the arms cannot be ranked at this budget")]
+    assert note in (out / "compare.md").read_text()
+
+
+def test_arms_apart_by_more_than_the_noise_are_ranked_without_a_note() -> None:
+    from harmonyrl.config import load_config
+    from harmonyrl.trainer.compare import AlgoResult, ranking_note
+
+    def arm(name: str, final: float) -> AlgoResult:
+        return AlgoResult(name, 1, None, None, final, final, final, 1.0, 0.0, 1.0, [])
+
+    config = load_config(None, ["eval.n_tasks=100", "eval.samples_per_task=4"])  # 400 samples per arm: ±~7 %
+    assert ranking_note([arm("grpo", 0.30), arm("ppo", 0.55)], config, seeds=1) is None
+    tie = ranking_note([arm("grpo", 0.30), arm("ppo", 0.33)], config, seeds=1)
+    assert tie is not None and "spans 30.0%-33.0%, within the noise of 400 held-out samples per arm" in tie
 
 
 def test_help_in_a_file_shows_whole_defaults(tmp_path: Path) -> None:

@@ -112,3 +112,14 @@ def test_shipped_presets_are_valid_configs_with_descriptions() -> None:
     for p in shipped:  # every YAML in the folder, whoever added it: a -c file the schema accepts
         assert p.description, f"preset {p.name} has no description comment"
         load_config(None, [], [p.path])
+
+
+def test_the_preset_is_named_in_the_runs_first_line_and_config_yaml(tmp_path: Path, folder: Path) -> None:
+    from tiny_run import tiny_run
+
+    args = ["train", "-p", "quick", *tiny_run("rl.steps=1"), f"output_dir={tmp_path}", "run_name=r"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith(f"run folder {tmp_path / 'r'}  preset quick  model nano")
+    recorded = load_config(tmp_path / "r" / "config.yaml")
+    assert (recorded.preset, recorded.rl.steps) == ("quick", 1)  # named; its values applied under the overrides

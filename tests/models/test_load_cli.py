@@ -37,6 +37,7 @@ def test_check_checkpoint_accepts_the_hf_layouts(tmp_path: Path, source: GptOssF
     result = runner.invoke(app, ["check-checkpoint", str(folder)])
     assert result.exit_code == 0, result.output
     assert ("4 expert matrices stored as MXFP4" in result.output) == (layout == "mxfp4"), result.output
+    assert " parameters (" in result.output and "(0.00 B)" not in result.output  # a tiny model's count, at its scale
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

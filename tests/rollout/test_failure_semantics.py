@@ -326,3 +326,20 @@ def test_every_episode_carries_its_tasks_prompt_and_expected_answer() -> None:
     hung = rollout(ToolFactory(Tool.from_function(calculator, timeout_s=60)), correct_call_engine(), budget=0.2)
     [traj] = hung.trajectories  # a masked episode too: its record is where a person looks for why
     assert traj.failure is not None and (traj.task_prompt, traj.expected_answer) == (TASKS[0].prompt, TASKS[0].answer)
+
+
+def test_an_evaluation_counts_its_faults_by_class_per_pass() -> None:
+    """Sampled and greedy passes each keep their failure classes (one ``env/`` key let the greedy pass overwrite
+    the sampled one's), and none lands under ``env/failure_*``, which the RL fault plot reads."""
+    from harmonyrl.trainer.evaluate import evaluate
+
+    def calculator(expression: str) -> str:
+        """Its backend is down."""
+        raise ToolInfraError("backend unreachable")
+
+    factory = ToolFactory(Tool.from_function(calculator))
+    run = evaluate(correct_call_engine(), factory, TOK, TASKS[:2], limits(30.0), 1.0, 2, seed=0)  # type: ignore[arg-type]
+    metrics = asyncio.run(run)
+    assert (metrics["eval/failure_tool_crash"], metrics["eval_greedy/failure_tool_crash"]) == (4.0, 2.0)
+    assert (metrics["eval/failed"], metrics["eval_greedy/failed"]) == (4.0, 2.0)
+    assert not [k for k in metrics if k.startswith("env/")]

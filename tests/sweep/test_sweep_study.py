@@ -94,6 +94,8 @@ def test_outputs_of_a_study(tmp_path: Path) -> None:
     # the objective is named; without a terminal the table is plain lines, the best marked
     assert "objective: held-out pass@1 after RL" in printed
     assert f"\n{top['trial']} | complete | " in printed and " *" in printed
+    value = float(top["value"])  # the table and the summary line show the best value the same way
+    assert f"\n{top['trial']} | complete | {value:.1%} | " in printed and f"after RL {value:.1%}  config" in printed
     assert "added for pruning (not in best_config.yaml): eval.every=2" in printed
 
 
@@ -105,7 +107,7 @@ def test_failed_trial_is_recorded_not_fatal(tmp_path: Path) -> None:
     assert all(r["state"] == "failed" and r["error"] == "config key 'x': boom" and r["value"] == "" for r in failed)
     best = load_config(folder / "best_config.yaml")
     assert best.rollout.group_size == 8  # only complete trials can be the best
-    assert "failed in 0.0 min" in printed and "boom" in printed
+    assert "failed in 1 s" in printed and "boom" in printed  # 0.01 min, said in seconds
 
 
 def test_a_runner_that_raises_is_a_failed_trial(tmp_path: Path) -> None:

@@ -128,3 +128,10 @@ def test_train_under_nohup_prints_progress_lines_as_it_goes(tmp_path: Path) -> N
     assert any(line.startswith("[sft] step 1/3 (33%)  loss ") for line in lines)
     assert any(line.startswith("[rl] step 2/2 (100%)  reward ") for line in lines)
     assert "[eval] held-out before RL: started" in lines and "[eval] held-out after RL: started" in lines
+
+
+def test_a_runs_length_reads_in_seconds_minutes_or_hours() -> None:
+    from harmonyrl.telemetry.progress import duration_text
+
+    cases = [(0.0, "0 s"), (0.2, "12 s"), (0.99, "59 s"), (0.995, "1.0 min"), (3.44, "3.4 min"), (65.2, "1 h 05 min")]
+    assert [duration_text(m) for m, _ in cases] == [text for _, text in cases]

@@ -25,6 +25,10 @@ class RunConfig(Frozen):
     output_dir: Path = Path("runs")
     run_name: str | None = None
     """Folder name under output_dir; default: a timestamp."""
+    preset: str | None = None
+    """The named preset (``-p NAME``) the run's config started from, recorded by the command line so that
+    ``config.yaml`` and the run's first line say it; its values are already in the sections below, and nothing
+    reads this back (a resume takes ``config.yaml`` whole)."""
     threads: int = Field(0, ge=0)
     """torch intra-op threads (shared by the C decode step); 0: as many as the machine has free (see
     ``adaptive_threads``)."""

@@ -30,7 +30,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -443,14 +443,15 @@ def check_env(
     return asyncio.run(acheck_env(factory, n_tasks, rebuild))
 
 
-def check_target(target: str, n_tasks: int = 5) -> EnvCheck:
+def check_target(target: str, n_tasks: int = 5, kwargs: Mapping[str, object] | None = None) -> EnvCheck:
     """:func:`acheck_report` on ``MODULE:FACTORY`` or ``FILE.py:FACTORY``. A malformed target, a missing file,
     module or attribute raise :class:`~harmonyrl.envs.loader.TargetError` (one line); the user's code failing
     while it is imported or while the factory is built (a tool whose schema cannot be derived, any other
-    exception) is an issue, reported like the others."""
+    exception) is an issue, reported like the others. ``kwargs`` go to the factory, as ``env.kwargs`` do in a run."""
+    given = dict(kwargs or {})
     try:
         make = load_factory(target)
-        factory = make()
+        factory = make(**given)
     except ToolSchemaError as e:
         return EnvCheck([CheckIssue("tools", str(e))])
     except TargetError:
@@ -459,7 +460,7 @@ def check_target(target: str, n_tasks: int = 5) -> EnvCheck:
         return EnvCheck(
             [CheckIssue("load", f"building {target} raised {type(e).__name__}: {e}{where_in_user_code(e)}")]
         )
-    return asyncio.run(acheck_report(factory, n_tasks, rebuild=make))
+    return asyncio.run(acheck_report(factory, n_tasks, rebuild=lambda: make(**given)))
 
 
 def assert_env_ok(factory: EnvFactory, n_tasks: int = 5, rebuild: Callable[[], EnvFactory] | None = None) -> None:

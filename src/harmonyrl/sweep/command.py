@@ -30,6 +30,7 @@ from harmonyrl.sweep.study import (
     run_trials,
     term_as_interrupt,
 )
+from harmonyrl.telemetry.progress import duration_text
 from harmonyrl.threads import available_cores
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def _on_done(console: Console, sweep: Sweep) -> Callable[[optuna.Study, int, Tri
         params = next((r.params for r in rows(study) if r.number == number), {})
         shown = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
         console.print(
-            f"trial {number} {outcome.state}{value} in {outcome.minutes:.1f} min  {shown}{why}",
+            f"trial {number} {outcome.state}{value} in {duration_text(outcome.minutes)}  {shown}{why}",
             highlight=False,
             soft_wrap=True,
         )

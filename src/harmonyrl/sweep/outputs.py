@@ -147,7 +147,7 @@ def write_outputs(sweep: Sweep, study: optuna.Study, plot: bool = True) -> Trial
 
 
 def _cells(r: TrialRow, keys: Sequence[str]) -> list[str]:
-    value = "" if r.value is None else f"{r.value:.3f}"
+    value = "" if r.value is None else f"{r.value:.1%}"  # as the summary line and the trial lines show it
     minutes = "" if r.minutes is None else f"{r.minutes:.1f}"
     return [str(r.number), r.state, value, minutes, *(_short(r.params.get(k)) for k in keys)]
 

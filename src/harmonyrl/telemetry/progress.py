@@ -34,6 +34,18 @@ def clock_text(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def duration_text(minutes: float) -> str:
+    """A run's length for people: ``42 s`` under a minute (``0.0 min`` says nothing), ``3.4 min`` under an hour,
+    then ``1 h 05 min``."""
+    seconds = max(0.0, minutes * 60)
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    if minutes < 59.95:
+        return f"{minutes:.1f} min"
+    whole = round(minutes)
+    return f"{whole // 60} h {whole % 60:02d} min"
+
+
 def progress_line(phase: str, done: int, total: int, elapsed_s: float, steps_run: int, description: str) -> str:
     """One plain progress line. The ETA extrapolates this session's pace (``steps_run`` steps in
     ``elapsed_s``), so a resumed run's skipped steps do not make it look fast."""

@@ -14,6 +14,7 @@ Writes ``OUT/compare.json``, ``OUT/compare.md`` (the table) and ``OUT/compare.pn
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -144,9 +145,31 @@ async def compare(
             runs.append(_read(result.run_dir))
             minutes.append(result.minutes)
         results.append(_summarise(algo, runs, minutes, target))
-    write_outputs(results, target, config, out)
+    write_outputs(results, target, config, out, seeds)
     console.print(table(results, target))
+    if (note := ranking_note(results, config, seeds)) is not None:
+        console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
     return results
+
+
+def ranking_note(results: list[AlgoResult], config: RunConfig, seeds: int) -> str | None:
+    """A warning when the arms' final held-out pass@1 differ by no more than sampling noise (two standard errors
+    of the difference of two arms, each measured on ``eval.n_tasks × eval.samples_per_task × seeds`` samples):
+    the table then ranks nothing. None when the spread is larger."""
+    if len(results) < 2:
+        return None
+    finals = [r.final_success for r in results]
+    n = config.eval.n_tasks * config.eval.samples_per_task * seeds
+    p = sum(finals) / len(finals)
+    noise = 2 * math.sqrt(2 * max(p * (1 - p), 1 / n) / n)  # a floor: all-0 % arms are no evidence of a tie
+    spread = max(finals) - min(finals)
+    if spread > noise:
+        return None
+    return (
+        f"note: the arms cannot be ranked at this budget: final pass@1 spans {min(finals):.1%}-{max(finals):.1%}, "
+        f"within the noise of {n} held-out samples per arm (about ±{noise:.1%}); raise rl.steps, eval.n_tasks or "
+        "--seeds, and give the warm start enough SFT steps that RL has something to learn from"
+    )
 
 
 def table(results: list[AlgoResult], target: float) -> Table:
@@ -174,14 +197,18 @@ def _cells(r: AlgoResult) -> list[str]:
     ]
 
 
-def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, out: Path) -> None:
+def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, out: Path, seeds: int = 1) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps({"target": target, "results": [asdict(r) for r in results]}, indent=2))
     header = "| algo | steps→target | min→target | pass@1 @½ budget | final pass@1 | final greedy | worst grad norm "
     header += "| max KL | minutes |\n|" + "---|" * 9 + "\n"
     rows = "".join("| " + " | ".join(_cells(r)) + " |\n" for r in results)
     budget = config.rl.steps * config.rollout.episodes_per_step
-    (out / "compare.md").write_text(f"Target pass@1 {target:.0%}; budget {budget} episodes per run.\n\n{header}{rows}")
+    note = ranking_note(results, config, seeds)
+    tail = f"\n{note}\n" if note is not None else ""
+    (out / "compare.md").write_text(
+        f"Target pass@1 {target:.0%}; budget {budget} episodes per run.\n\n{header}{rows}{tail}"
+    )
     import matplotlib
 
     matplotlib.use("Agg")

@@ -24,13 +24,26 @@ from harmonyrl.errors import CheckpointError
 from harmonyrl.tasks.config import EnvConfig
 from harmonyrl.trainer.checkpoint_files import read_record
 
+_ENV = "\x00env\x00"
+"""Where the env's name goes in :attr:`EvalEnv.template`."""
+
 
 @dataclass(frozen=True)
 class EvalEnv:
     """The config to evaluate with (its ``env`` resolved) and the line that tells the user which env and why."""
 
     config: RunConfig
-    message: str
+    template: str
+    """The line, with the env's name left open: a user's env is named by its factory (``units``), as ``train``
+    names it, which is known only once the factory is built (:meth:`message_for`)."""
+
+    @property
+    def message(self) -> str:
+        """The line, naming the env by its config (``env.name``)."""
+        return self.message_for(self.config.env.name)
+
+    def message_for(self, env_name: str) -> str:
+        return self.template.replace(_ENV, env_name)
 
 
 def explicit_env(config_file: Path | None, overrides: Sequence[str]) -> dict[str, Any]:
@@ -89,12 +102,12 @@ def resolve_eval_env(
         origin = "your config" if explicit else "the defaults"
         return EvalEnv(
             config,
-            f"evaluating env '{config.env.name}' from {origin}: '{checkpoint}' does not record the env it was "
+            f"evaluating env '{_ENV}' from {origin}: '{checkpoint}' does not record the env it was "
             "trained on (a checkpoint from before harmonyrl recorded it, or a plain transformers folder)",
         )
     trained = record.config.env
     if not explicit:
-        message = f"evaluating env '{trained.name}', the env '{checkpoint}' was trained on (from {record.source})"
+        message = f"evaluating env '{_ENV}', the env '{checkpoint}' was trained on (from {record.source})"
         return EvalEnv(config.model_copy(update={"env": trained}), message)
     base = trained.model_dump(mode="json")
     same_kind = explicit.get("name", trained.name) == trained.name
@@ -102,7 +115,7 @@ def resolve_eval_env(
     now, then = _flat(wanted.model_dump(mode="json")), _flat(base)
     differ = [k for k in sorted(now.keys() | then.keys()) if now.get(k) != then.get(k)]
     if not differ:
-        message = f"evaluating env '{trained.name}', the env '{checkpoint}' was trained on (from {record.source})"
+        message = f"evaluating env '{_ENV}', the env '{checkpoint}' was trained on (from {record.source})"
         return EvalEnv(config.model_copy(update={"env": wanted}), message)
     key = "env.name" if "env.name" in differ else differ[0]
     change = f"{key}={now.get(key)!r}, trained with {then.get(key)!r}"
@@ -112,5 +125,5 @@ def resolve_eval_env(
             f"'{checkpoint}' was trained on another env: {change}{more}; "
             "drop the env.* settings to evaluate on its own env, or pass --allow-env-mismatch"
         )
-    message = f"evaluating env '{wanted.name}' although '{checkpoint}' was trained otherwise: {change}{more}"
+    message = f"evaluating env '{_ENV}' although '{checkpoint}' was trained otherwise: {change}{more}"
     return EvalEnv(config.model_copy(update={"env": wanted}), message)

@@ -62,8 +62,15 @@ async def evaluate(
     ks = [k for k in (1, 2, 4, 8, 16) if k <= samples_per_task]
     pass_k = mean_pass_at_k(list(by_task.values()), ks) if by_task else {}
     return (
-        summarize_rollouts(sampled.trajectories, "eval")
+        _with_failure_classes(summarize_rollouts(sampled.trajectories, "eval"), "eval")
         | {f"eval/{k}": v for k, v in pass_k.items()}
-        | summarize_rollouts(greedy.trajectories, "eval_greedy")
+        | _with_failure_classes(summarize_rollouts(greedy.trajectories, "eval_greedy"), "eval_greedy")
         | role_metrics(factory, sampled.trajectories, "eval_team")  # per role, for a team env
     )
+
+
+def _with_failure_classes(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """``env/failure_<kind>`` as ``<prefix>/failure_<kind>``: the sampled and greedy passes each keep their own
+    counts by class (under one ``env/`` key the greedy pass's overwrote the sampled's), and an evaluation's faults
+    stay out of the RL steps' fault plot, which reads ``env/failure_*``."""
+    return {f"{prefix}/{k.removeprefix('env/')}" if k.startswith("env/failure_") else k: v for k, v in metrics.items()}

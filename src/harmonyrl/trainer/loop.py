@@ -11,6 +11,7 @@ the SFT demonstrations are broadcast from it, and every rank trains its shard of
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from harmonyrl.harmony.codecs import RunCodec, load_codec
 from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.tasks.factory import check_before_compute
-from harmonyrl.telemetry.progress import StepProgress
+from harmonyrl.telemetry.progress import StepProgress, duration_text
 from harmonyrl.telemetry.sinks import MultiSink
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
@@ -111,8 +112,9 @@ async def _train_in(
     files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
     ctx = RunContext(config, console, run_dir, model, tok, factory, files, sink, progress, world, clock)
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
+    preset = f"  preset {config.preset}" if config.preset else ""
     console.print(
-        f"run folder [bold]{run_dir}[/]  model {config.model.preset} "
+        f"run folder [bold]{run_dir}[/]{preset}  model {config.model.preset} "
         f"({num_parameters(model) / 1e6:.2f} M params)  env {factory.name}  "
         f"engine {check_engine(config, model)}{where}"
     )
@@ -170,7 +172,7 @@ async def _train_in(
     console.print(
         f"held-out pass@1: [bold]{result.success_before:.1%} → {result.success_after:.1%}[/]  "
         f"greedy: [bold]{result.greedy_before:.1%} → {result.greedy_after:.1%}[/]  "
-        f"in {result.minutes:.1f} min  ({run_dir})"
+        f"in {duration_text(result.minutes)}  ({run_dir})"
     )
     return result
 
@@ -228,10 +230,11 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
 
 
 async def eval_only(
-    config: RunConfig, checkpoint: Path, console: Console, announce: str | None = None
+    config: RunConfig, checkpoint: Path, console: Console, announce: Callable[[str], str] | None = None
 ) -> dict[str, float]:
-    """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce`` (which env, and why) is printed once the
-    checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error."""
+    """``harmonyrl eval``: held-out metrics of a checkpoint; ``announce(env name)`` (which env, and why) is printed
+    once the checkpoint has loaded and fits the config, so a bad checkpoint is a one-line error. The env is named
+    by its factory, as ``train`` names it (a user's ``units``, not ``custom``)."""
     setup_process(config.seed, config.threads, adapts_threads(config))
     tok = load_codec(config.model.tokenizer)
     factory = make_factory(config)
@@ -239,7 +242,7 @@ async def eval_only(
     model = load_for(checkpoint, tok, config.rollout.max_seq_len)
     check_engine(config, model)
     if announce is not None:
-        console.print(announce, highlight=False, soft_wrap=True)
+        console.print(announce(factory.name), highlight=False, soft_wrap=True)
     await warn_if_prompts_do_not_fit(factory, tok, config.rollout.max_seq_len, config.rollout.max_new_tokens, console)
     engine, limits = await make_engine(config, model, None)
     progress = StepProgress(console, config.telemetry.progress_every_s)
