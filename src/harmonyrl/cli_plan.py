@@ -10,6 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from harmonyrl.cli_common import console, fail
@@ -78,12 +79,20 @@ def as_dict(plan: RunPlan) -> dict[str, Any]:
     }
 
 
+def _count(n: int) -> str:
+    """``n`` at its scale: 20.91 B, 1.31 M, 950 K."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return str(n)
+
+
 def _print_tables(plan: RunPlan) -> None:
     hw = plan.hardware
     console.print(
         f"[bold]{plan.model}[/] on [bold]{hw.name}[/] ({hw.memory_gib:g} GiB, {hw.bf16_tflops:g} bf16 TFLOP/s, "
-        f"{hw.bandwidth_gbs:g} GB/s): {plan.parameters / 1e9:.2f} B parameters, {plan.active_parameters / 1e9:.2f} B "
-        "active a token",
+        f"{hw.bandwidth_gbs:g} GB/s): {_count(plan.parameters)} parameters, {_count(plan.active_parameters)} active "
+        "a token",
         soft_wrap=True,
     )
     memory = Table(title="memory per training device (GiB)", title_justify="left")
@@ -114,7 +123,7 @@ def _print_tables(plan: RunPlan) -> None:
         rates.add_row(label, value)
     console.print(rates)
     for note in plan.notes:
-        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     cost = "" if plan.cost is None else f", cost {plan.cost:,.2f} at {plan.price:g} a device-hour"
     console.print(
         f"{plan.steps} RL steps: {plan.hours:.2f} h on {lay.devices} device(s) = {plan.device_hours:.2f} "

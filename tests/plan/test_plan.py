@@ -120,3 +120,10 @@ def test_the_step_model_is_within_a_factor_of_2_5_where_compute_dominates(tmp_pa
     assert result.exit_code == 0, result.output
     ratio = json.loads((out / "r" / "summary.json").read_text())["plan"]["predicted_over_measured"]["step_s"]
     assert 1 / 2.5 <= ratio <= 2.5, ratio
+
+
+def test_the_default_runs_plan_prints_its_notes_and_counts_whole() -> None:
+    result = runner.invoke(app, ["plan"])
+    assert result.exit_code == 0, result.output
+    assert "[rows, heads, T, T] scores" in result.output  # the note's brackets are text, not markup
+    assert " M parameters" in result.output  # the micro preset counted at its scale, not "0.00 B"
