@@ -210,7 +210,7 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     from harmonyrl.trainer.run_folder import discard_if_unstarted
 
     run_dir = cfg.output_dir / str(cfg.run_name)
-    resident = _resident_bytes("VmRSS")
+    resident = _resident_bytes("VmRSS", reset_peak=True)
     try:
         with discard_if_unstarted(run_dir) if world.is_main else nullcontext():  # the folder is rank 0's
             asyncio.run(run_train(cfg, console, resume=resume, overwrite=overwrite, world=world))
@@ -228,9 +228,13 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
         _check_plan(cfg, run_dir, resident)
 
 
-def _resident_bytes(field: str) -> int | None:
-    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), None where unreadable."""
+def _resident_bytes(field: str, reset_peak: bool = False) -> int | None:
+    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), None where unreadable.
+    ``reset_peak``: start the peak over from now (``/proc/self/clear_refs``), so that a process that ran other work
+    before (a test session) measures this run's peak, not its own."""
     try:
+        if reset_peak:
+            Path("/proc/self/clear_refs").write_text("5")
         lines = Path("/proc/self/status").read_text().splitlines()
         return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(field + ":"))
     except (OSError, StopIteration, ValueError):
