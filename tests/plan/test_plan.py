@@ -102,7 +102,11 @@ def test_every_run_records_its_plan_beside_its_measurements(tmp_path: Path) -> N
     assert "plan check: RL step predicted" in result.output
     plan = json.loads((out / "r" / "summary.json").read_text())["plan"]
     assert set(plan["predicted"]) == set(plan["measured"]) == {"step_s", "rollout_s", "update_s", "memory_gib"}
-    assert all(v is not None and v > 0 for v in plan["measured"].values()), plan["measured"]
+    measured = plan["measured"]
+    assert all(measured[k] > 0 for k in ("step_s", "rollout_s", "update_s")), measured
+    # resident size above the start: 0 is a true reading in a process whose allocator already holds enough
+    # (a test session after other runs); it is no check of the memory model (docs/plan.md)
+    assert measured["memory_gib"] is not None and measured["memory_gib"] >= 0, measured
     ratio = plan["predicted_over_measured"]
     assert ratio["step_s"] == pytest.approx(plan["predicted"]["step_s"] / plan["measured"]["step_s"])
     # a tiny run's step (4 episodes of 24 tokens) is per-step overhead, which the bounds do not model: its
