@@ -6,6 +6,8 @@ Importable from every test folder as ``from tiny_run import ...`` (``tests/`` is
 
 from __future__ import annotations
 
+from pathlib import Path
+
 TINY_RUN: dict[str, str] = {
     "model.preset": "nano",
     "sft.steps": "3",
@@ -30,3 +32,8 @@ def tiny_run(*changes: str) -> list[str]:
             raise ValueError(f"expected key=value, got {change!r}")
         merged[key] = value
     return [f"{key}={value}" for key, value in merged.items()]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path → bytes): what "a failed resume changes nothing" compares."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -22,6 +22,7 @@ import harmonyrl.trainer.checkpoint as checkpoint_module
 import harmonyrl.trainer.collect as collect_module
 import harmonyrl.trainer.loop as loop_module
 from harmonyrl.cli import app
+from tiny_run import snapshot
 
 runner = CliRunner()
 TINY = [
@@ -47,10 +48,6 @@ def one_line_error(result: Result, code: int = 2) -> str:
     assert "Traceback" not in result.output, result.output
     assert len(lines) >= 1 and lines[-1].startswith("error:"), result.output
     return " ".join(result.output.split())  # rich may wrap a long line; judge the text
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from harmonyrl.cli import app
-from tiny_run import tiny_run
+from tiny_run import snapshot, tiny_run
 
 runner = CliRunner()
 TINY = tiny_run("rl.steps=2", "eval.n_tasks=2", "eval.samples_per_task=1", "rollout.max_new_tokens=16", "threads=1")
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
