@@ -203,6 +203,7 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     """``train`` once its config is fixed: the run, with its failures turned into one line."""
     from contextlib import nullcontext
 
+    from harmonyrl.cli_plan import check_plan, resident_bytes
     from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
     from harmonyrl.trainer.loop import train as run_train
     from harmonyrl.trainer.ranks import RankZeroStopped
@@ -210,7 +211,7 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     from harmonyrl.trainer.run_folder import discard_if_unstarted
 
     run_dir = cfg.output_dir / str(cfg.run_name)
-    resident = _resident_bytes("VmRSS", reset_peak=True)
+    resident = resident_bytes("VmRSS", reset_peak=True)
     try:
         with discard_if_unstarted(run_dir) if world.is_main else nullcontext():  # the folder is rank 0's
             asyncio.run(run_train(cfg, console, resume=resume, overwrite=overwrite, world=world))
@@ -225,49 +226,7 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     except Exception as e:
         raise _run_failed(e) from None
     if world.is_main and (run_dir / "summary.json").is_file():
-        _check_plan(cfg, run_dir, resident)
-
-
-def _resident_bytes(field: str, reset_peak: bool = False) -> int | None:
-    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), None where unreadable.
-    ``reset_peak``: start the peak over from now (``/proc/self/clear_refs``), so that a process that ran other work
-    before (a test session) measures this run's peak, not its own."""
-    try:
-        if reset_peak:
-            Path("/proc/self/clear_refs").write_text("5")
-        lines = Path("/proc/self/status").read_text().splitlines()
-        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(field + ":"))
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def _check_plan(cfg: RunConfig, run_dir: Path, resident: int | None) -> None:
-    """Record the plan's prediction beside the run's measurements in summary.json (harmonyrl.plan.check); a
-    failure here is a warning: the run itself completed."""
-    import torch
-
-    from harmonyrl.plan.check import add_to_summary, check_run
-
-    cuda = torch.cuda.is_available() and cfg.device != "cpu"
-    peak_now = _resident_bytes("VmHWM")
-    peak = torch.cuda.max_memory_allocated() if cuda else None
-    if peak is None and peak_now is not None and resident is not None:
-        peak = peak_now - resident
-    try:
-        entry = check_run(cfg, run_dir, peak, "cuda" if cuda else "cpu")
-    except Exception as e:  # the check is auxiliary: say why, keep the run's result
-        console.print(f"[yellow]warning:[/] the plan check failed: {type(e).__name__}: {e}", soft_wrap=True)
-        return
-    add_to_summary(run_dir, entry)
-    p, m = entry["predicted"], entry["measured"]
-    if m["step_s"] is not None:
-        console.print(
-            f"plan check: RL step predicted {p['step_s']:.2f} s (a bound) vs measured {m['step_s']:.2f} s; "
-            f"memory predicted {p['memory_gib']:.2f} GiB vs {m['memory_gib'] or 0:.2f} GiB measured "
-            f"(summary.json, docs/plan.md)",
-            soft_wrap=True,
-            highlight=False,
-        )
+        check_plan(cfg, run_dir, resident)
 
 
 ExportOpt = Annotated[

@@ -1,4 +1,5 @@
-"""``harmonyrl plan``: a run's memory per device, layout, throughput, time and cost, printed before it runs.
+"""``harmonyrl plan``: a run's memory per device, layout, throughput, time and cost, printed before it runs; and
+the plan check every ``train`` ends with (the prediction beside what the run measured, into ``summary.json``).
 
 The command itself (its options) is declared in :mod:`harmonyrl.cli`, which loads the run config; this module
 turns that config into a :class:`~harmonyrl.plan.estimate.RunPlan` and prints it as tables or JSON.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -16,6 +18,7 @@ from rich.table import Table
 from harmonyrl.cli_common import console, fail
 from harmonyrl.config import RunConfig
 from harmonyrl.errors import CheckpointError
+from harmonyrl.plan.check import add_to_summary, check_run
 from harmonyrl.plan.estimate import RunPlan, plan_run
 from harmonyrl.plan.hardware import Hardware, UnknownHardware, calibrate, lookup
 from harmonyrl.plan.model_size import model_config
@@ -130,3 +133,46 @@ def _print_tables(plan: RunPlan) -> None:
         f"device-hours{cost}",
         soft_wrap=True,
     )
+
+
+def resident_bytes(field: str, reset_peak: bool = False) -> int | None:
+    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), None where unreadable.
+    ``reset_peak``: start the peak over from now (``/proc/self/clear_refs``), so that a process that ran other work
+    before (a test session) measures this run's peak, not its own."""
+    try:
+        if reset_peak:
+            Path("/proc/self/clear_refs").write_text("5")
+        lines = Path("/proc/self/status").read_text().splitlines()
+        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(field + ":"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def check_plan(cfg: RunConfig, run_dir: Path, resident: int | None) -> None:
+    """Record the plan's prediction beside the run's measurements in summary.json (harmonyrl.plan.check); a
+    failure here is a warning: the run itself completed."""
+    import torch
+
+    cuda = torch.cuda.is_available() and cfg.device != "cpu"
+    peak_now = resident_bytes("VmHWM")
+    peak = torch.cuda.max_memory_allocated() if cuda else None
+    if peak is None and peak_now is not None and resident is not None:
+        peak = peak_now - resident
+    try:
+        entry = check_run(cfg, run_dir, peak, "cuda" if cuda else "cpu")
+    except Exception as e:  # the check is auxiliary: say why, keep the run's result
+        console.print(
+            f"[yellow]warning:[/] the plan check failed: {escape(f'{type(e).__name__}: {e}')}", soft_wrap=True
+        )
+        return
+    add_to_summary(run_dir, entry)
+    p, m = entry["predicted"], entry["measured"]
+    if m["step_s"] is not None:
+        console.print(
+            f"plan check: RL step predicted {p['step_s']:.2f} s (for the run's token counts) vs measured "
+            f"{m['step_s']:.2f} s; "
+            f"memory predicted {p['memory_gib']:.2f} GiB vs {m['memory_gib'] or 0:.2f} GiB measured "
+            f"(summary.json, docs/plan.md)",
+            soft_wrap=True,
+            highlight=False,
+        )
