@@ -242,15 +242,6 @@ def section_checkpoint(dry_run: bool, out: Path) -> dict[str, Any]:
             "gpu_gib": None if gib is None else round(gib, 1)}  # fmt: skip
 
 
-def active_parameters(config: Any) -> int:
-    """Parameters one token passes through: attention, router, the routed experts, norms, the unembedding."""
-    h, layers, heads, kv, hd = (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
-                                config.num_key_value_heads, config.head_dim)  # fmt: skip
-    attention = h * hd * (2 * heads + 2 * kv)
-    experts = config.num_experts_per_tok * 3 * h * config.intermediate_size
-    return int(layers * (attention + experts + h * config.num_local_experts) + config.vocab_size * h)
-
-
 def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     """(e) One LoRA policy update of the 20b geometry at 4k tokens: bf16 base, checkpointing, the sink kernel."""
     import torch
@@ -261,6 +252,7 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     from harmonyrl.models.load import load_checkpoint
     from harmonyrl.models.lora import add_lora
     from harmonyrl.models.synthetic import write_synthetic
+    from harmonyrl.plan.estimate import active_parameters
     from harmonyrl.trainer.footprint import Plan, estimate
 
     device = torch.device(device_of(dry_run))

@@ -34,7 +34,7 @@ from transformers import GptOssConfig
 from harmonyrl.config import RunConfig
 from harmonyrl.engine.config import LocalEngineConfig
 from harmonyrl.plan.hardware import Hardware
-from harmonyrl.trainer.footprint import GIB, Footprint, Plan, estimate
+from harmonyrl.trainer.footprint import GIB, Footprint, Plan, estimate, parameter_count
 
 TRAIN_MFU = 0.4
 PREFILL_MFU = 0.5
@@ -155,8 +155,9 @@ def plan_run(
         layout, memory, rollout_gib = Layout(1, 0, 1), whole, 0.0
     else:
         separate = trainer_plan(run, engine="none")
-        fsdp = next((f for f in DEGREES if _sharded(estimate(config, separate), f).total <= capacity), DEGREES[-1])
-        memory = _sharded(estimate(config, separate), fsdp)
+        alone = estimate(config, separate)
+        fsdp = next((f for f in DEGREES if _sharded(alone, f).total <= capacity), DEGREES[-1])
+        memory = _sharded(alone, fsdp)
         tp, rollout_gib = _rollout_devices(config, dataclasses.replace(separate, engine="copy"), capacity)
         layout = Layout(fsdp, tp, tp)
     fits = memory.total <= capacity and rollout_gib * GIB <= capacity
@@ -170,8 +171,9 @@ def plan_run(
     train = layout.train_devices * peak * TRAIN_MFU / per_token
     step = step_time(run, config, decode, prefill, train, scoring / per_token, hardware, tool_latency_s,
                      (gen_tokens, seq_tokens), separate=layout.rollout_devices > 0)  # fmt: skip
-    return RunPlan(label, hardware, _count(config), active, memory, rollout_gib, fits, layout, decode, prefill,
-                   train, step, run.rl.steps, price, notes(run, gen_tokens))  # fmt: skip
+    total = parameter_count(config)[0]
+    return RunPlan(label, hardware, total, active, memory, rollout_gib, fits, layout, decode, prefill, train, step,
+                   run.rl.steps, price, notes(run, gen_tokens))  # fmt: skip
 
 
 def notes(run: RunConfig, gen_tokens: float | None) -> tuple[str, ...]:
@@ -209,19 +211,14 @@ def active_parameters(config: GptOssConfig) -> int:
     return int(config.num_hidden_layers * (attention + experts + h * config.num_local_experts) + config.vocab_size * h)
 
 
-def _count(config: GptOssConfig) -> int:
-    h, layers, e = config.hidden_size, config.num_hidden_layers, config.num_local_experts
-    attention = h * config.head_dim * (2 * config.num_attention_heads + 2 * config.num_key_value_heads)
-    return int(layers * (attention + e * 3 * h * config.intermediate_size + h * e) + 2 * config.vocab_size * h)
-
-
 def decode_rate(config: GptOssConfig, run: RunConfig, hw: Hardware, weight_bytes: float, peak: float) -> float:
     """Tokens/s of batched decode on one device: bandwidth or FLOPs, whichever binds (module docstring)."""
     local = run.rollout.engine if isinstance(run.rollout.engine, LocalEngineConfig) else None
     batch = min(run.rollout.tasks_per_step * run.rollout.group_size, local.max_batch if local else 64)
     layers, experts, k = config.num_hidden_layers, config.num_local_experts, config.num_experts_per_tok
     expert = 3 * config.hidden_size * config.intermediate_size * weight_bytes
-    dense = (_count(config) - layers * experts * 3 * config.hidden_size * config.intermediate_size) * weight_bytes
+    total, expert_params = parameter_count(config)
+    dense = (total - expert_params) * weight_bytes
     context = run.rollout.max_seq_len / 2  # the average sequence in flight
     window = config.sliding_window or context
     kv_per_token_layer = 2 * config.num_key_value_heads * config.head_dim * weight_bytes
@@ -259,5 +256,5 @@ def step_time(
     sync = 0.0
     if separate:  # what trained, in bf16, over the devices' link
         moved = estimate(config, dataclasses.replace(trainer_plan(run), engine="shared")).engine_weights
-        sync = (moved if run.model.lora is not None else 2 * _count(config)) / (hw.link_gbs * 1e9)
+        sync = (moved if run.model.lora is not None else 2 * parameter_count(config)[0]) / (hw.link_gbs * 1e9)
     return StepTime(rollout, update, sync, overlapped=run.rl.async_.max_staleness > 0)

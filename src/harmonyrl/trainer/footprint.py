@@ -194,6 +194,12 @@ def kv_cache(config: GptOssConfig, plan: Plan) -> float:
     return float(per_token * plan.kv_sequences * sum(kept))
 
 
+def parameter_count(config: GptOssConfig) -> tuple[int, int]:
+    """(every parameter, of which expert matrices) of ``config``'s model, counted on the meta skeleton."""
+    base, experts, _, _ = _parameters(config, Plan(lora_rank=None))
+    return base, experts
+
+
 def _parameters(config: GptOssConfig, plan: Plan) -> tuple[int, int, int, int]:
     """(base parameters, of which expert matrices, LoRA adapter parameters, base parameters they adapt), counted on
     the meta skeleton."""
