@@ -195,8 +195,10 @@ def train(
         except ValueError as e:
             raise fail(str(e)) from None
         _train(cfg, resume is not None, overwrite, world)
-    finally:
-        leave(world)
+    except BaseException:
+        leave(world, clean=False)
+        raise
+    leave(world)
 
 
 def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
