@@ -6,6 +6,8 @@ trained on, in order, so ``harmonyrl replay`` can re-run the update without gene
 
 Design choices:
 
+* One codec: a row is the plain record of :mod:`harmonyrl.trajectory_codec` laid out as columns, and every
+  ``Trajectory`` field has its column (checked at import), so no field can be dropped here alone.
 * Columnar, one row per episode. The token-level fields are typed list columns (``token_ids`` int32,
   ``loss_mask`` int8, ``sampler_logprobs`` float64); parquet stores doubles as their IEEE bits, so log-probs
   round-trip exactly (``-0.0``, subnormals and ±1e308 included), which a text format would only promise via
@@ -36,7 +38,8 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import torch
 
-from harmonyrl.types import Failure, Message, Routing, Trajectory, Turn
+from harmonyrl.trajectory_codec import TRAJECTORY_FIELDS, Plain, trajectory_from_plain, trajectory_to_plain
+from harmonyrl.types import Trajectory
 
 FORMAT_VERSION = "1"
 SCHEMA = pa.schema(
@@ -68,6 +71,10 @@ _OPTIONAL = frozenset({"routing", "routing_shape", "policy_version", "task_promp
 """Columns added after format 1 shipped: files without them read as episodes without routing, of version 0, with no
 task prompt or expected answer."""
 _NULLABLE = frozenset({"failure_kind", "failure_detail"}) | _OPTIONAL
+_SPLIT = {"failure_kind": "failure", "failure_detail": "failure", "routing_shape": "routing"}
+"""Columns that hold part of a field (the codec's ``failure`` pair, routing's shape beside its bytes)."""
+if {_SPLIT.get(n, n) for n in SCHEMA.names[2:]} != set(TRAJECTORY_FIELDS):  # pragma: no cover - at import
+    raise ImportError("the rollout store's columns must hold exactly the Trajectory fields (trajectory_codec)")
 _ROUTING_DTYPES = {1: torch.int8, 2: torch.int16}
 """Routing ids are stored as their raw little-endian bytes; the item size tells int8 from int16."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.parquet$")
@@ -93,68 +100,34 @@ def list_steps(run_dir: Path) -> list[int]:
 # ---------------------------------------------------------------- write
 
 
-def _message_json(msg: Message) -> dict[str, str | None]:
-    return {
-        "role": msg.role,
-        "content": msg.content,
-        "channel": msg.channel,
-        "recipient": msg.recipient,
-        "name": msg.name,
-        "content_type": msg.content_type,
-    }
-
-
-def _turns_json(turns: Sequence[Turn]) -> str:
-    return json.dumps(
-        [
-            {
-                "sampled": [_message_json(m) for m in t.sampled],
-                "parse_error": t.parse_error,
-                "observations": [_message_json(m) for m in t.observations],
-                "generation_s": t.generation_s,
-                "tool_s": t.tool_s,
-            }
-            for t in turns
-        ]
-    )
+def _column(name: str, plain: list[Plain]) -> list[Any]:
+    """Column ``name`` of the rows, from the codec's plain records (JSON where the value is nested)."""
+    if name in ("turns", "reward_terms"):
+        return [json.dumps(p[name]) for p in plain]
+    if name in ("failure_kind", "failure_detail"):
+        return [None if p["failure"] is None else p["failure"][name == "failure_detail"] for p in plain]
+    if name == "routing":
+        return [None if p["routing"] is None else _routing_bytes(p["routing"]) for p in plain]
+    if name == "routing_shape":
+        return [None if p["routing"] is None else list(p["routing"].shape) for p in plain]
+    return [p[name] for p in plain]
 
 
 def to_table(step: int, trajectories: Sequence[Trajectory]) -> pa.Table:
     """The step's episodes as one arrow table (row ``i`` is ``trajectories[i]``)."""
-    trajs = list(trajectories)
-    columns: dict[str, list[Any]] = {
-        "step": [step] * len(trajs),
-        "index": list(range(len(trajs))),
-        "task_id": [t.task_id for t in trajs],
-        "group_id": [t.group_id for t in trajs],
-        "token_ids": [list(t.token_ids) for t in trajs],
-        "loss_mask": [list(t.loss_mask) for t in trajs],
-        "sampler_logprobs": [list(t.sampler_logprobs) for t in trajs],
-        "reward": [t.reward for t in trajs],
-        "terminated": [t.terminated for t in trajs],
-        "truncated": [t.truncated for t in trajs],
-        "failure_kind": [t.failure.kind if t.failure else None for t in trajs],
-        "failure_detail": [t.failure.detail if t.failure else None for t in trajs],
-        "parity_mismatches": [t.parity_mismatches for t in trajs],
-        "reward_terms": [json.dumps(t.reward_terms) for t in trajs],
-        "turns": [_turns_json(t.turns) for t in trajs],
-        "routing": [None if t.routing is None else _routing_bytes(t.routing) for t in trajs],
-        "routing_shape": [None if t.routing is None else list(t.routing.ids.shape) for t in trajs],
-        "policy_version": [t.policy_version for t in trajs],
-        "task_prompt": [t.task_prompt for t in trajs],
-        "expected_answer": [t.expected_answer for t in trajs],
-    }
+    plain = [trajectory_to_plain(t) for t in trajectories]
+    columns = {"step": [step] * len(plain), "index": list(range(len(plain)))}
+    columns |= {name: _column(name, plain) for name in SCHEMA.names[2:]}
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
 
-def _routing_bytes(routing: Routing) -> bytes:
-    ids = routing.ids
+def _routing_bytes(ids: torch.Tensor) -> bytes:
     if ids.dtype not in _ROUTING_DTYPES.values():
         raise ValueError(f"routing ids must be int8 or int16, got {ids.dtype}")
     return ids.contiguous().numpy().astype(f"<i{ids.element_size()}").tobytes()
 
 
-def _routing(blob: bytes | None, shape: list[int] | None) -> Routing | None:
+def _routing(blob: bytes | None, shape: list[int] | None) -> torch.Tensor | None:
     if blob is None or shape is None:
         if (blob is None) != (shape is None):
             raise ValueError("routing and routing_shape must both be set or both be null")
@@ -164,7 +137,7 @@ def _routing(blob: bytes | None, shape: list[int] | None) -> Routing | None:
     if size not in _ROUTING_DTYPES or size * count != len(blob):
         raise ValueError(f"routing of {len(blob)} bytes does not fit shape {shape}")
     native = np.frombuffer(blob, dtype=f"<i{size}").astype(f"=i{size}")  # a copy, in host byte order
-    return Routing(torch.from_numpy(native).view(shape))
+    return torch.from_numpy(native).view(shape)
 
 
 def write_step(path: Path, step: int, trajectories: Sequence[Trajectory]) -> None:
@@ -186,43 +159,17 @@ def write_step(path: Path, step: int, trajectories: Sequence[Trajectory]) -> Non
 # ---------------------------------------------------------------- read
 
 
-def _message(d: dict[str, Any]) -> Message:
-    return Message(d["role"], d["content"], d["channel"], d["recipient"], d["name"], d["content_type"])
-
-
-def _turns(text: str) -> tuple[Turn, ...]:
-    return tuple(
-        Turn(
-            tuple(_message(m) for m in t["sampled"]),
-            t["parse_error"],
-            tuple(_message(m) for m in t["observations"]),
-            t["generation_s"],
-            t["tool_s"],
-        )
-        for t in json.loads(text)
-    )
-
-
 def _row(row: dict[str, Any]) -> Trajectory:
+    """The trajectory of one row: its columns back into the codec's plain record."""
     kind, detail = row["failure_kind"], row["failure_detail"]
-    return Trajectory(
-        task_id=row["task_id"],
-        group_id=row["group_id"],
-        token_ids=tuple(row["token_ids"]),
-        loss_mask=tuple(row["loss_mask"]),
-        sampler_logprobs=tuple(row["sampler_logprobs"]),
-        reward=row["reward"],
-        terminated=row["terminated"],
-        truncated=row["truncated"],
-        failure=Failure(kind, detail) if kind is not None else None,
-        turns=_turns(row["turns"]),
-        parity_mismatches=row["parity_mismatches"],
-        reward_terms=json.loads(row["reward_terms"]),
-        routing=_routing(row["routing"], row["routing_shape"]),
-        policy_version=row["policy_version"] or 0,  # null: a file written before versions were recorded
-        task_prompt=row["task_prompt"] or "",
-        expected_answer=row["expected_answer"] or "",
-    )
+    plain = {name: row[name] for name in TRAJECTORY_FIELDS if name in row and row[name] is not None}
+    plain |= {
+        "failure": None if kind is None else [kind, detail],
+        "turns": json.loads(row["turns"]),
+        "reward_terms": json.loads(row["reward_terms"]),
+        "routing": _routing(row["routing"], row["routing_shape"]),
+    }
+    return trajectory_from_plain(plain)  # a null optional column reads as the field's default
 
 
 def _first_line(e: BaseException) -> str:

@@ -16,7 +16,7 @@ present only on a team episode's line (docs/multiagent.md): the name of the role
 so the record says who wrote each line of a team episode. Token ids and log-probs are left out on purpose: this
 file is for people; the lossless record of a step is the rollout store.
 
-Only the standard library is imported, so the training loop can call :func:`append_episodes` cheaply.
+A view cut from the one plain record of :mod:`harmonyrl.trajectory_codec`, written with the standard library.
 """
 
 from __future__ import annotations
@@ -27,18 +27,25 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harmonyrl.types import ROLE_TERM, Message, Trajectory
+from harmonyrl.trajectory_codec import turn_to_plain
+from harmonyrl.types import ROLE_TERM, Trajectory, Turn
 
 Episode = dict[str, Any]
 """One decoded line of a rollouts file (JSON, so its values are only known by the schema above)."""
 
 
-def _message(msg: Message) -> dict[str, str | None]:
-    return {"role": msg.role, "channel": msg.channel, "recipient": msg.recipient, "content": msg.content}
+_SAMPLED = ("role", "channel", "recipient", "content")
+_OBSERVED = (*_SAMPLED, "name")
 
 
-def _observation(msg: Message) -> dict[str, str | None]:
-    return _message(msg) | {"name": msg.name}
+def _turn(turn: Turn) -> dict[str, Any]:
+    """The readable view of one turn, cut from the codec's plain record (:mod:`harmonyrl.trajectory_codec`)."""
+    plain = turn_to_plain(turn)
+    return {
+        "sampled": [{k: m[k] for k in _SAMPLED} for m in plain["sampled"]],
+        "parse_error": plain["parse_error"],
+        "observations": [{k: m[k] for k in _OBSERVED} for m in plain["observations"]],
+    }
 
 
 def _role(traj: Trajectory, roles: Sequence[str]) -> dict[str, str]:
@@ -62,14 +69,7 @@ def episode_to_json(traj: Trajectory, step: int, roles: Sequence[str] = ()) -> E
         "reward_terms": {k: v if math.isfinite(v) else str(v) for k, v in traj.reward_terms.items()},
         "failure": traj.failure.kind if traj.failure is not None else None,
         **_role(traj, roles),
-        "turns": [
-            {
-                "sampled": [_message(m) for m in turn.sampled],
-                "parse_error": turn.parse_error,
-                "observations": [_observation(m) for m in turn.observations],
-            }
-            for turn in traj.turns
-        ],
+        "turns": [_turn(turn) for turn in traj.turns],
     }
 
 

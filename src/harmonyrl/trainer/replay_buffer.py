@@ -9,8 +9,9 @@ be trained on again; the buffer trades freshness for sample efficiency. Design c
 * FIFO eviction: with a bounded buffer the oldest episodes are the most off-policy ones.
 * Determinism: sampling uses a private ``random.Random(seed)``, so a run is reproducible and a resume that
   restores :meth:`ReplayBuffer.state_dict` draws exactly the batches the uninterrupted run would have drawn.
-* Plain-data state: :meth:`ReplayBuffer.state_dict` holds the trajectories as dicts of numbers, strings and
-  lists (routing as its tensor), never as pickled classes, so a checkpoint holding it loads with
+* Plain-data state: :meth:`ReplayBuffer.state_dict` holds the trajectories as the one plain-data record of
+  :mod:`harmonyrl.trajectory_codec` (every field; routing as its tensor), never as pickled classes, so a
+  checkpoint holding it loads with
   ``torch.load(weights_only=True)`` and a crafted run folder cannot run code (see :mod:`.checkpoint`).
   Python floats round-trip bit for bit through it.
 """
@@ -20,81 +21,10 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
 from typing import Any
 
-import torch
-
-from harmonyrl.types import Failure, Message, Routing, Trajectory, Turn
-
-_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
-
-
-def _message_plain(msg: Message) -> dict[str, str | None]:
-    return {name: getattr(msg, name) for name in _MESSAGE_FIELDS}
-
-
-def trajectory_to_plain(t: Trajectory) -> dict[str, Any]:
-    """``t`` as plain data (numbers, strings, lists, dicts; routing as its tensor): checkpoint-safe."""
-    return {
-        "task_id": t.task_id,
-        "group_id": t.group_id,
-        "token_ids": list(t.token_ids),
-        "loss_mask": list(t.loss_mask),
-        "sampler_logprobs": list(t.sampler_logprobs),
-        "reward": t.reward,
-        "terminated": t.terminated,
-        "truncated": t.truncated,
-        "failure": None if t.failure is None else [t.failure.kind, t.failure.detail],
-        "turns": [
-            {
-                "sampled": [_message_plain(m) for m in turn.sampled],
-                "parse_error": turn.parse_error,
-                "observations": [_message_plain(m) for m in turn.observations],
-                "generation_s": turn.generation_s,
-                "tool_s": turn.tool_s,
-            }
-            for turn in t.turns
-        ],
-        "parity_mismatches": t.parity_mismatches,
-        "reward_terms": dict(t.reward_terms),
-        "routing": None if t.routing is None else t.routing.ids.clone(),
-        "task_prompt": t.task_prompt,
-        "expected_answer": t.expected_answer,
-    }
-
-
-def trajectory_from_plain(d: Mapping[str, Any]) -> Trajectory:
-    """The inverse of :func:`trajectory_to_plain` (raises KeyError/TypeError/ValueError on malformed data)."""
-    failure, routing = d["failure"], d["routing"]
-    if routing is not None and not isinstance(routing, torch.Tensor):
-        raise TypeError("routing must be a tensor or None")
-    return Trajectory(
-        task_id=str(d["task_id"]),
-        group_id=int(d["group_id"]),
-        token_ids=tuple(int(i) for i in d["token_ids"]),
-        loss_mask=tuple(int(m) for m in d["loss_mask"]),
-        sampler_logprobs=tuple(float(x) for x in d["sampler_logprobs"]),
-        reward=float(d["reward"]),
-        terminated=bool(d["terminated"]),
-        truncated=bool(d["truncated"]),
-        failure=None if failure is None else Failure(failure[0], failure[1]),
-        turns=tuple(
-            Turn(
-                tuple(Message(**m) for m in turn["sampled"]),
-                turn["parse_error"],
-                tuple(Message(**m) for m in turn["observations"]),
-                float(turn["generation_s"]),
-                float(turn["tool_s"]),
-            )
-            for turn in d["turns"]
-        ),
-        parity_mismatches=int(d["parity_mismatches"]),
-        reward_terms={str(k): float(v) for k, v in d["reward_terms"].items()},
-        routing=None if routing is None else Routing(routing),
-        task_prompt=str(d.get("task_prompt", "")),  # absent from a checkpoint written before they were kept
-        expected_answer=str(d.get("expected_answer", "")),
-    )
+from harmonyrl.trajectory_codec import trajectory_from_plain, trajectory_to_plain
+from harmonyrl.types import Trajectory
 
 
 class ReplayBuffer:
