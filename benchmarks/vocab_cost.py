@@ -32,7 +32,7 @@ def main() -> None:
     factory, model = make_factory(cfg), make_model(cfg, tok)
     expert = expert_for(cfg.env)
     tasks = factory.tasks("train")[: 2 * cfg.sft.batch_size]
-    demos = asyncio.run(build_demos(tok, factory, lambda t, r: expert(t, r, 0.8, 0.3), tasks, cfg.seed))
+    demos = asyncio.run(build_demos(tok, factory, expert, tasks, cfg.seed))  # the env's knobs are bound
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     seconds = 0.0
