@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from harmonyrl.cli_common import HELP_CONTEXT, HELP_MARKUP, USER_ERRORS, console, fail
+from harmonyrl.cli_gate import register as register_gate
 from harmonyrl.cli_inspect import register as register_inspect
 from harmonyrl.cli_rm import rm_app
 from harmonyrl.config import ConfigError, RunConfig, load_config
@@ -419,6 +420,7 @@ def sweep_cmd(
 
 
 register_inspect(app)  # check-env, check-checkpoint, replay, show, report (cli_inspect.py)
+register_gate(app)  # check-mismatch: the sampler/trainer mismatch gate (cli_gate.py)
 app.add_typer(rm_app, name="rm")  # reward models: ``harmonyrl rm pairs`` / ``rm train`` (cli_rm.py)
 
 
