@@ -1,7 +1,13 @@
 """Minutes of RL to a held-out target, synchronous vs asynchronous (``rl.async.max_staleness`` 0, 1, 2), with a
-slow, heavy-tailed tool, over several seeds.
+slow, heavy-tailed tool, over several seeds, compute matched.
 
     python benchmarks/async.py --warm SFT_CKPT [--seeds 0,1,2] [--steps 20] [--every 2] [key=value ...]
+
+**Compute matched.** Every arm runs ``threads=1``, but an async run's update runs in a worker thread beside the
+event loop, so it keeps a second core busy. The synchronous run is therefore measured twice: at ``threads=1``
+(``sync``, the earlier figure's baseline) and at ``threads=2`` (``sync2``: the same cores the async arms use; the
+numerics are team-invariant, so it learns the same curve, only its clock differs). Both speed-ups are reported;
+the matched one (``speedup_matched``) is the fair one.
 
 **Start.** A real warm start: the README default's SFT (``harmonyrl sft``, 500 × 16; held-out pass@1 ~30 % on the
 calculator), given with ``--warm``, or made here (``--sft-steps``) when it is not.
@@ -27,10 +33,14 @@ minutes to target: the RL minutes at which its held-out curve first reaches the 
 between the two evaluations around the crossing; an arm that never reaches it counts as not reached (``inf``).
 
 **Reported.** A table per seed and arm (RL minutes, minutes to target, final pass@1, idle fractions, load average
-around the run), then ``RESULT sync_min=… async1_min=… async2_min=… speedup=… final_gap_pp=…``: ``*_min`` are the
-minutes to target averaged over seeds; ``final_gap_pp`` = sync final − async final in points, averaged over seeds,
-for the arm that ``speedup`` names; ``speedup`` = sync_min / the smallest async ``*_min`` among the arms whose
-final_gap_pp ≤ 2 (if no arm keeps the gap ≤ 2: the fastest arm, and its gap, which then shows it).
+around the run), then ``RESULT sync_min=… sync2_min=… async1_min=… async2_min=… speedup=… speedup_se=…
+speedup_matched=… speedup_matched_se=… final_gap_pp=… final_gap_se=… (k=…) seeds=…``: ``*_min`` are the minutes to
+target averaged over seeds; ``final_gap_pp`` = sync final − async final in points, averaged over seeds, for the arm
+that ``speedup`` names; ``speedup`` = sync_min / the smallest async ``*_min`` among the arms whose final_gap_pp ≤ 2
+(if no arm keeps the gap ≤ 2: the fastest arm, and its gap, which then shows it); ``speedup_matched`` the same with
+sync2_min. The ``_se`` figures are standard errors over seeds (:mod:`harmonyrl.telemetry.stats`): of the per-seed
+speed-up (arms paired by seed) and of the per-seed gap. All seeds run in one invocation (``--seeds 0,1,2,3,4``):
+nothing is pooled by hand. ``--quick``: one seed, a tiny model, 2 RL steps and a short tool delay (a smoke test).
 """
 
 from __future__ import annotations
@@ -40,7 +50,6 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -60,6 +69,7 @@ import harmonyrl.trainer.rl_phase as rl_phase
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.distributed.ray_envs import close_env_pool
 from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.telemetry.stats import over_seeds, time_to_target
 from harmonyrl.trainer.setup import load_for, make_engine, make_factory
 
 MEDIAN_S, SIGMA = 0.5, 1.2
@@ -74,6 +84,8 @@ RL = [
     "threads=1",
 ]
 ASYNC = ["rl.correction.weights.mode=truncate"]
+QUICK = ["model.preset=nano", "rollout.tasks_per_step=2", "rollout.group_size=2", "eval.n_tasks=4",
+         "eval.samples_per_task=2"]  # fmt: skip
 EVALUATING = [False]
 """Set while a held-out evaluation runs: the tool answers without its delay (no batch is in flight then)."""
 EVAL, SAVE = loop.held_out_eval, rl_phase.save_progress
@@ -162,12 +174,7 @@ async def evaluate_states(cfg: RunConfig, start: Path, states: list[dict[str, to
 
 def minutes_to(curve: list[tuple[float, float]], target: float) -> float:
     """RL minutes at which ``curve`` first reaches ``target``, interpolated linearly; ``inf`` if it never does."""
-    if curve and curve[0][1] >= target:
-        return 0.0
-    for (s0, p0), (s1, p1) in itertools.pairwise(curve):
-        if p1 >= target:
-            return (s0 + (target - p0) / (p1 - p0) * (s1 - s0)) / 60
-    return math.inf
+    return time_to_target(curve, target) / 60
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,7 @@ class Arm:
 
     k: int
     seed: int
+    threads: int
     curve: list[tuple[float, float]]
     """(RL seconds, held-out pass@1) at each evaluation, from 0 s (the warm start)."""
     learner_idle: float
@@ -196,11 +204,11 @@ def idle(run: Path) -> tuple[float, float]:
             statistics.mean(r["time/engine_idle_frac"] for r in rl))  # fmt: skip
 
 
-def run_arm(k: int, seed: int, args: argparse.Namespace, start: Path, console: Console) -> Arm:
-    """One RL run from the warm start at ``max_staleness=k``, then its weights' held-out curve."""
-    changes = [f"rl.async.max_staleness={k}", *(ASYNC if k else [])]
+def run_arm(k: int, threads: int, seed: int, args: argparse.Namespace, start: Path, console: Console) -> Arm:
+    """One RL run from the warm start at ``max_staleness=k`` on ``threads``, then its weights' held-out curve."""
+    changes = [f"rl.async.max_staleness={k}", *(ASYNC if k else []), f"threads={threads}"]
     run = [f"seed={seed}", f"rl.steps={args.steps}", f"model.init_from={start}", f"output_dir={args.out}"]
-    cfg = load_config(None, [*RL, *changes, *args.overrides, *run, f"run_name=s{seed}k{k}"])
+    cfg = load_config(None, [*RL, *args.overrides, *changes, *run, f"run_name=s{seed}k{k}t{threads}"])
     clock = Clock(args.every, args.steps)
     clocked(clock)
     load = f"{os.getloadavg()[0]:.1f}"
@@ -213,31 +221,51 @@ def run_arm(k: int, seed: int, args: argparse.Namespace, start: Path, console: C
         raise SystemExit(f"offline evaluation of the final weights {last} != the run's {final}")
     curve = [(0.0, begin)] + [(t - rl_start, p) for (_, t, _), p in zip(kept, scores, strict=False)]
     curve.append((clock.steps[-1][1] - rl_start, final))
-    return Arm(k, seed, curve, *idle(result.run_dir), load)
+    return Arm(k, seed, threads, curve, *idle(result.run_dir), load)
 
 
-def summary(runs: list[Arm], ks: list[int]) -> str:
+def label(arm: Arm) -> str:
+    """``sync``, ``sync2`` (the synchronous run on two threads) or ``async<k>``."""
+    return f"async{arm.k}" if arm.k else ("sync" if arm.threads == 1 else f"sync{arm.threads}")
+
+
+def summary(runs: list[Arm]) -> str:
     """Print the table; return the RESULT line."""
-    sync = [r for r in runs if r.k == 0]
+    sync = {r.seed: r for r in runs if label(r) == "sync"}
     start = statistics.mean(r.curve[0][1] for r in runs)
-    target = start + (statistics.mean(r.final for r in sync) - start) / 2
+    target = start + (statistics.mean(r.final for r in sync.values()) - start) / 2
     print(f"start pass@1 {start:.1%}; target (midway to the sync runs' mean final) {target:.1%}")
-    print(f"{'seed':>4} {'k':>2} {'RL min':>7} {'to target':>9} {'final':>6} {'learner idle':>12} {'engine idle':>11}  "
-          f"{'load avg':>9}  curve (RL min: pass@1)")  # fmt: skip
+    print(f"{'seed':>4} {'arm':>6} {'RL min':>7} {'to target':>9} {'final':>6} {'learner idle':>12} "
+          f"{'engine idle':>11}  {'load avg':>9}  curve (RL min: pass@1)")  # fmt: skip
     for r in runs:
         curve = " ".join(f"{s / 60:.1f}:{p:.0%}" for s, p in r.curve)
-        print(f"{r.seed:>4} {r.k:>2} {r.curve[-1][0] / 60:7.2f} {minutes_to(r.curve, target):9.2f} {r.final:6.1%} "
-              f"{r.learner_idle:12.2f} {r.engine_idle:11.2f}  {r.load:>9}  {curve}")  # fmt: skip
-    per_k = {}
-    for k in ks:
-        mine = [r for r in runs if r.k == k]
-        gaps = [s.final - r.final for s, r in zip(sync, mine, strict=True)]
-        per_k[k] = (statistics.mean(minutes_to(r.curve, target) for r in mine), 100 * statistics.mean(gaps))
-    sync_min = per_k[0][0]
-    kept = [k for k in ks if k and per_k[k][1] <= 2.0] or [k for k in ks if k]
-    best = min(kept, key=lambda k: per_k[k][0])
-    line = f"RESULT sync_min={sync_min:.2f}" + "".join(f" async{k}_min={per_k[k][0]:.2f}" for k in ks if k)
-    return line + f" speedup={sync_min / per_k[best][0]:.2f} final_gap_pp={per_k[best][1]:.1f} (k={best})"
+        print(f"{r.seed:>4} {label(r):>6} {r.curve[-1][0] / 60:7.2f} {minutes_to(r.curve, target):9.2f} "
+              f"{r.final:6.1%} {r.learner_idle:12.2f} {r.engine_idle:11.2f}  {r.load:>9}  {curve}")  # fmt: skip
+    names = list(dict.fromkeys(label(r) for r in runs))
+    minutes = {n: {r.seed: minutes_to(r.curve, target) for r in runs if label(r) == n} for n in names}
+    gaps = {n: {r.seed: 100 * (sync[r.seed].final - r.final) for r in runs if label(r) == n} for n in names}
+    mean_min = {n: statistics.mean(minutes[n].values()) for n in names}
+    asyncs = [n for n in names if n.startswith("async")]
+    kept = [n for n in asyncs if statistics.mean(gaps[n].values()) <= 2.0] or asyncs
+    best = min(kept, key=lambda n: mean_min[n])
+    seeds = sorted(sync)
+
+    def ratio(base: str) -> tuple[float, float]:
+        """``base`` minutes / ``best`` minutes: the ratio of the means, and the SE of the per-seed ratios."""
+        per_seed = {s: minutes[base][s] / minutes[best][s] for s in seeds if 0 < minutes[best][s] < math.inf}
+        se = over_seeds(per_seed).se if len(per_seed) > 1 else math.nan
+        return (mean_min[base] / mean_min[best] if 0 < mean_min[best] < math.inf else math.nan), se
+
+    speedup, speedup_se = ratio("sync")
+    line = "RESULT " + " ".join(f"{n}_min={mean_min[n]:.2f}" for n in names)
+    line += f" speedup={speedup:.2f} speedup_se={speedup_se:.2f}"
+    if "sync2" in names:
+        matched, matched_se = ratio("sync2")
+        line += f" speedup_matched={matched:.2f} speedup_matched_se={matched_se:.2f}"
+    gap = over_seeds(gaps[best]) if len(seeds) > 1 else None
+    gap_mean = statistics.mean(gaps[best].values())
+    return line + (f" final_gap_pp={gap_mean:.1f} final_gap_se={gap.se if gap else math.nan:.1f} "
+                   f"(k={best.removeprefix('async')}) seeds={','.join(map(str, seeds))}")  # fmt: skip
 
 
 def main() -> None:
@@ -245,26 +273,34 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--every", type=int, default=2, help="evaluate the weights of every this many RL steps")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--ks", default="0,1,2")
+    parser.add_argument("--ks", default="0,1,2", help="staleness of the arms; 0 is the synchronous run")
+    parser.add_argument("--no-matched", action="store_true", help="leave out sync2, the sync run on two threads")
+    parser.add_argument("--quick", action="store_true", help="one seed, tiny model, 2 RL steps: a smoke test")
     parser.add_argument("--sft-steps", type=int, default=500)
     parser.add_argument("--out", type=Path, default=Path("runs/async-bench"))
     parser.add_argument("--warm", type=Path, default=None, help="reuse this warm start (an SFT checkpoint folder)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    global MEDIAN_S
+    if args.quick:
+        args.seeds, args.steps, args.every, args.sft_steps, MEDIAN_S = "0", 2, 1, 4, 0.01
+        args.overrides = [*QUICK, *args.overrides]
     console = Console()
     ks = [int(x) for x in args.ks.split(",")]
     if ks[0] != 0:
         parser.error("--ks must start with 0: the target comes from the synchronous runs")
-    sft = [*WARM_START, f"sft.steps={args.sft_steps}", f"output_dir={args.out}", "run_name=warm"]
+    arms = [(0, 1), *([] if args.no_matched else [(0, 2)]), *((k, 1) for k in ks if k)]
+    sft = [*WARM_START, *(QUICK if args.quick else []), f"sft.steps={args.sft_steps}", f"output_dir={args.out}",
+           "run_name=warm"]  # fmt: skip
     start = args.warm or asyncio.run(loop.sft_only(load_config(None, sft), console))
     slow_tool()
     runs: list[Arm] = []
     for i, seed in enumerate(int(x) for x in args.seeds.split(",")):
-        for k in ks if i % 2 == 0 else ks[::-1]:
-            runs.append(run_arm(k, seed, args, start, console))
+        for k, threads in arms if i % 2 == 0 else arms[::-1]:
+            runs.append(run_arm(k, threads, seed, args, start, console))
             print(json.dumps(dataclasses.asdict(runs[-1])), flush=True)  # a partial benchmark is still readable
-    runs.sort(key=lambda r: (r.seed, r.k))
-    print(summary(runs, ks))
+    runs.sort(key=lambda r: (r.seed, r.k, r.threads))
+    print(summary(runs))
 
 
 if __name__ == "__main__":
