@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
 from harmonyrl.algorithms.losses import AggregationMode
-from harmonyrl.frozen import Frozen
+from harmonyrl.frozen import Frozen, checkpoint_folder
 from harmonyrl.rollout.curriculum import CurriculumConfig
 from harmonyrl.rollout.sampling import SamplingConfig
 
@@ -26,6 +27,24 @@ class AsyncConfig(Frozen):
     def enabled(self) -> bool:
         """Rollouts run ahead of the trainer."""
         return self.max_staleness > 0
+
+
+class DistillConfig(Frozen):
+    """On-policy distillation (docs/distill.md): a teacher scores every token the student sampled, and the
+    per-token reverse KL becomes an advantage term (:mod:`harmonyrl.algorithms.distill` says why not a loss)."""
+
+    teacher: Path
+    """The teacher's checkpoint folder (same tokenizer and vocabulary as the student; any size)."""
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Scale of the per-token advantage ``-(log π_student - log π_teacher)`` added to the env's advantage."""
+    env_reward: bool = True
+    """Keep the env's reward advantage beside the teacher's term (False: distillation alone)."""
+
+    @field_validator("teacher")
+    @classmethod
+    def _is_checkpoint(cls, path: Path) -> Path:
+        checkpoint_folder(path)
+        return path
 
 
 class RLConfig(Frozen):
@@ -66,6 +85,8 @@ class RLConfig(Frozen):
     any key turns it on, e.g. ``rl.curriculum.target=0.5``."""
     async_: AsyncConfig = Field(AsyncConfig(), alias="async")
     """Rollouts ahead of the trainer with bounded staleness (``rl.async.max_staleness``, docs/async.md)."""
+    distill: DistillConfig | None = None
+    """On-policy distillation from a teacher checkpoint (null: off); e.g. ``rl.distill.teacher=CKPT``."""
 
     # ``async`` is a Python keyword: the field is ``async_``, read and written as ``async``
     model_config = ConfigDict(**Frozen.model_config, validate_by_name=True, validate_by_alias=True,

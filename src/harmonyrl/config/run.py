@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from pydantic import Field, model_validator
 
+from harmonyrl.algorithms.choices import SoftQ
 from harmonyrl.config.env_runtime import FaultInjectionConfig, ScaleConfig
 from harmonyrl.config.model import CUDA_ONLY_ATTENTION, ModelConfig
 from harmonyrl.config.observe import EvalConfig, TelemetryConfig
@@ -16,6 +18,7 @@ from harmonyrl.config.rollout import RolloutConfig
 from harmonyrl.config.sft import SFTConfig
 from harmonyrl.engine.config import LocalEngineConfig, VllmEngineConfig
 from harmonyrl.frozen import Frozen
+from harmonyrl.harmony.codecs import VOCAB_SIZES
 from harmonyrl.rewards.config import RewardConfig, reward_model_tokenizer
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
 
@@ -126,6 +129,25 @@ class RunConfig(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _teacher_fits_run(self) -> RunConfig:
+        """A distillation teacher scores the student's token ids (it must have the student's vocabulary) and its
+        term is an advantage (the loss must have one)."""
+        distill = self.rl.distill
+        if distill is None:
+            return self
+        if isinstance(self.rl.loss, SoftQ):
+            raise ValueError("rl.distill adds a per-token advantage, which rl.loss.kind=soft_q has none of: use a "
+                             "PPO-family loss (ppo_clip, gspo, pg)")  # fmt: skip
+        vocab = teacher_vocab_size(distill.teacher)
+        if vocab != VOCAB_SIZES[self.model.tokenizer]:
+            raise ValueError(
+                f"rl.distill.teacher '{distill.teacher}' has vocab {vocab}, the student's model.tokenizer="
+                f"{self.model.tokenizer} has {VOCAB_SIZES[self.model.tokenizer]}: a teacher must share the "
+                "student's tokenizer"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _hang_needs_budget(self) -> RunConfig:
         if self.env_faults.rate > 0 and "hang" in self.env_faults.kinds and self.rollout.episode_timeout_s is None:
             raise ValueError("env_faults.kinds contains 'hang', which needs rollout.episode_timeout_s (not null)")
@@ -157,6 +179,15 @@ class RunConfig(Frozen):
                 "use one or the other"
             )
         return self
+
+
+def teacher_vocab_size(folder: Path) -> int | None:
+    """``vocab_size`` of a checkpoint folder's ``config.json`` (None when it has none readable)."""
+    try:
+        value = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def _get(section: Any, key: str) -> Any:

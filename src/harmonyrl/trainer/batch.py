@@ -27,7 +27,8 @@ class Batch:
     input_ids: ``[B, T]`` long; attention_mask: ``[B, T]`` (1 on real tokens);
     loss_mask, sampler_logprobs: ``[B, T-1]`` aligned with the *targets* ``input_ids[:, 1:]``;
     rewards: ``[B]``; group_ids: ``[B]`` long; routing: ``[B, T, L, k]`` the sampler's expert ids per
-    position (``-1`` where not recorded or padded), None when no trajectory carries routing.
+    position (``-1`` where not recorded or padded), None when no trajectory carries routing;
+    teacher_logprobs: ``[B, T-1]`` a distillation teacher's log-probs of the targets (``rl.distill``), else None.
     """
 
     input_ids: torch.Tensor
@@ -37,6 +38,7 @@ class Batch:
     rewards: torch.Tensor
     group_ids: torch.Tensor
     routing: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -51,6 +53,7 @@ class Batch:
             self.rewards[idx],
             self.group_ids[idx],
             routing=None if self.routing is None else self.routing[idx],
+            teacher_logprobs=None if self.teacher_logprobs is None else self.teacher_logprobs[idx],
         )
 
 

@@ -26,6 +26,7 @@ from harmonyrl.distributed.fsdp import copy_into, sharded_copy
 from harmonyrl.distributed.world import SINGLE, World
 from harmonyrl.models.lora import has_lora
 from harmonyrl.trainer.critic import ValueHead
+from harmonyrl.trainer.distill_teacher import Teacher, add_teacher, load_teacher
 from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.trainer.reference import Reference, reference_for
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
@@ -52,6 +53,8 @@ class Learner:
     """The torchrun launch this learner trains in (:data:`SINGLE`: one process, nothing sharded)."""
     precision: Precision = "fp32"
     """The update's compute precision (bf16: autocast; what trains and the optimizer stay fp32)."""
+    teacher: Teacher | None = None
+    """The on-policy distillation teacher (``rl.distill``), scoring each step's batch before the update."""
 
     @staticmethod
     def create(
@@ -80,7 +83,9 @@ class Learner:
             soft_q = SoftQState.create(cfg.loss, ReplayBuffer(cfg.loss.replay_capacity, seed), value_head)
         trained = model if not world.distributed else sharded_copy(model, world)
         placeholder = torch.optim.SGD([torch.zeros(1)])  # replaced below: optimizer_for reads the value head
-        learner = Learner(cfg, trained, placeholder, reference, pad_id, norm, value_head, soft_q, world, precision)
+        teacher = load_teacher(cfg.distill.teacher, model) if cfg.distill is not None else None
+        learner = Learner(cfg, trained, placeholder, reference, pad_id, norm, value_head, soft_q, world, precision,
+                          teacher)  # fmt: skip
         learner.optimizer = learner.optimizer_for(trained)
         return learner
 
@@ -148,10 +153,11 @@ class Learner:
         if prepared is None:  # still report the masked faults: the step's count must not depend on the update
             masked = sum(t.failure is not None for t in trajectories)
             return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")
+        prepared, distilled = add_teacher(prepared, self.teacher, self.cfg)
         result = rl_update(
             self.model, self.optimizer, prepared, self.cfg, self.reference, self.value_head, self.norm, self.world
         )
-        return replace(result, metrics=result.metrics | {"train/skipped": 0.0})
+        return replace(result, metrics=result.metrics | distilled | {"train/skipped": 0.0})
 
 
 def check_distributable(cfg: RLConfig, world: World) -> None:

@@ -28,6 +28,7 @@ from harmonyrl.algorithms.choices import (
     ReinforcePP,
 )
 from harmonyrl.algorithms.correction import CorrectionOutput, apply_correction, resolve_old_logp
+from harmonyrl.algorithms.distill import reverse_kl_advantage
 from harmonyrl.algorithms.kl import kl_reward_penalty
 from harmonyrl.config import RLConfig
 from harmonyrl.distributed.world import SINGLE, World
@@ -62,7 +63,8 @@ def prepare(
     ok = [t for t in trajectories if t.failure is None]
     n_failed = len(trajectories) - len(ok)
     kept = ok
-    if cfg.skip_zero_variance_groups and is_group_relative(cfg.advantage):
+    # with a teacher every group trains: equal rewards leave the teacher's per-token term
+    if cfg.skip_zero_variance_groups and is_group_relative(cfg.advantage) and cfg.distill is None:
         by_group: dict[int, set[float]] = {}
         for t in ok:
             by_group.setdefault(t.group_id, set()).add(t.reward)
@@ -200,4 +202,8 @@ def loss_targets(cfg: RLConfig, batch: Batch, old: OldPolicy, ref_logp: torch.Te
     if cfg.kl.coef > 0 and cfg.kl.use == "reward":
         penalty = kl_reward_penalty(penalty, old.logp, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
     adv, returns = token_advantages(cfg.advantage, batch, penalty, old.values)
+    if cfg.distill is not None:  # on-policy distillation: the teacher's per-token term (algorithms/distill.py)
+        assert batch.teacher_logprobs is not None, "the learner scores the batch with the teacher first"
+        term = reverse_kl_advantage(batch.sampler_logprobs, batch.teacher_logprobs, m, cfg.distill.weight)
+        adv = term.advantage + (adv if cfg.distill.env_reward else torch.zeros_like(adv))
     return LossTargets(old_logp, adv, returns, weights, m, ref_logp, correction)

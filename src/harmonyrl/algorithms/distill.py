@@ -1,0 +1,76 @@
+"""On-policy distillation: a per-token reverse-KL reward from a teacher's log-probs on the student's own samples.
+
+The student samples a token ``x_t`` from ``π`` (its sampler); the teacher scores exactly that id. The per-token
+estimate of the reverse KL ``KL(π ‖ π_T)`` at that position is ``k_t = log π(x_t) - log π_T(x_t)`` (k1: unbiased
+under the student's own sampling), and the student is pushed toward the teacher by the advantage
+``-weight · k_t`` on that token (discount 0: each token is credited with its own term only, as in Thinking
+Machines' on-policy distillation, 2025).
+
+Why an advantage term and not a loss term. The gradient of the reverse KL under the student's own samples is the
+score-function form ``E_π[∇log π(x) · (log π(x) - log π_T(x))]``: a policy gradient whose advantage is ``-k_t``.
+Differentiating ``k_t`` itself on fixed samples gives ``E_π[∇log π(x)] = 0`` in expectation, i.e. no signal; the
+exact per-position loss ``Σ_v π(v) (log π(v) - log π_T(v))`` would need the teacher's whole distribution at every
+position (``[B, T, V]``: 201k ids per position with o200k_harmony), where the advantage needs one teacher
+log-prob per sampled token. As an advantage it also goes through everything the PPO family already does to a
+sampled token: the ratio and its clip, rollout correction against the sampler/trainer gap, the decoupled loss
+of the async pipeline, and the stability guards.
+
+Shapes: every tensor is ``[B, T-1]`` (position ``t`` scores token ``t+1``); ``mask`` is 1 on the sampled tokens
+the loss trains on. Off the mask the advantage is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DistillTerm:
+    """The distillation term of one batch."""
+
+    advantage: torch.Tensor
+    """``[B, T-1]``: ``-weight · (student_logp - teacher_logp)`` on the mask, 0 elsewhere."""
+    reverse_kl: torch.Tensor
+    """``[B, T-1]``: the per-token reverse-KL estimate ``student_logp - teacher_logp`` on the mask, 0 elsewhere."""
+
+
+def reverse_kl_advantage(
+    student_logp: torch.Tensor, teacher_logp: torch.Tensor, mask: torch.Tensor, weight: float
+) -> DistillTerm:
+    """The per-token distillation advantage of sampled tokens.
+
+    ``student_logp``: ``[B, T-1]`` log-probs of the sampled ids under the policy that sampled them;
+    ``teacher_logp``: ``[B, T-1]`` the teacher's log-probs of the same ids; ``mask``: ``[B, T-1]`` (0/1);
+    ``weight`` ≥ 0 scales the advantage. Computed in the inputs' dtype; no gradient flows (both are targets).
+    """
+    if student_logp.shape != teacher_logp.shape or student_logp.shape != mask.shape:
+        raise ValueError(
+            f"student {tuple(student_logp.shape)}, teacher {tuple(teacher_logp.shape)} and mask "
+            f"{tuple(mask.shape)} log-probs must have one shape"
+        )
+    m = mask.to(student_logp.dtype)
+    kl = (student_logp.detach() - teacher_logp.detach()) * m
+    return DistillTerm(advantage=-weight * kl, reverse_kl=kl)
+
+
+def distill_metrics(term: DistillTerm, student_logp: torch.Tensor, teacher_logp: torch.Tensor,
+                    mask: torch.Tensor) -> dict[str, float]:  # fmt: skip
+    """``distill/*`` of one batch: the mean per-token reverse KL (k1) and its sequence mean, the mean student
+    and teacher log-prob of the sampled tokens, and the share of tokens the teacher finds likelier than the
+    student does. All 0 when nothing is masked."""
+    m = mask.bool()
+    n = int(m.sum())
+    if n == 0:
+        keys = ("reverse_kl", "reverse_kl_seq", "student_logp", "teacher_logp", "teacher_prefers")
+        return {f"distill/{k}": 0.0 for k in keys}
+    rows = m.any(dim=-1)
+    per_seq = term.reverse_kl.double().sum(-1)[rows] / m.sum(-1)[rows]
+    return {
+        "distill/reverse_kl": float(term.reverse_kl.double()[m].mean()),
+        "distill/reverse_kl_seq": float(per_seq.mean()),
+        "distill/student_logp": float(student_logp.double()[m].mean()),
+        "distill/teacher_logp": float(teacher_logp.double()[m].mean()),
+        "distill/teacher_prefers": float((teacher_logp[m] > student_logp[m]).double().mean()),
+    }
