@@ -1,15 +1,30 @@
-"""Does every built-in environment learn? One RL run per env from its preset, held-out success before → after.
+"""Does every built-in environment learn? One RL run per env from its preset, test-split success before → after.
 
-    python benchmarks/envs.py [--envs maze,sql] [--out DIR] [--deadline HH:MM] [--table-only]
+    python benchmarks/envs.py [--envs maze,sql] [--out DIR] [--deadline HH:MM] [--table-only] [--quick]
 
 Each env runs ``harmonyrl train -c src/harmonyrl/presets/<env>.yaml threads=1`` in a subprocess (SFT warm start
-on the env's scripted expert → held-out eval → RL → held-out eval), one after the other, cheapest first. An env
-*learned* when its held-out pass@1 (``eval/success``, sampled at T=1) rose by at least 10 points from its warm
-start. Finished runs in ``--out`` are reused and a stopped one is resumed (``--resume``), so an interrupted
-benchmark continues where it stopped; a run whose preset now sets other values is refused (delete its folder). With
+on the env's scripted expert → held-out eval → RL → held-out eval), one after the other, cheapest first.
+
+**Splits.** The held-out evaluations of ``harmonyrl train`` are on the test split. Presets (every "chosen setting")
+are to be decided on the validation split (``EnvFactory.tasks("validation")``, issue 41 item 1) and the test
+figure measured once after the choice; the table's header says whether the env has a validation split yet (an env
+without one had its preset chosen on the same test tasks it is scored on: read those rows as optimistic).
+
+**Learned** (:func:`harmonyrl.telemetry.stats.learned`): the test gain in pass@1 (sampled at T=1) exceeds +10
+points **and** 2 standard errors. The SE of each evaluation is clustered by task (``eval/success_se``: a task's
+samples are not independent); the gain's SE combines the two as independent (conservative: the same tasks are
+scored before and after). A run that predates ``eval/success_se`` gets the largest SE its task count allows
+(``sqrt(p (1 − p) / (tasks − 1))``, every task's samples alike), marked ``≤``. Greedy success is reported beside
+pass@1, with its own gain and SE: a sampled gain with greedy falling says RL made the policy more reliable, not more
+capable.
+
+Finished runs in ``--out`` are reused and a stopped one is resumed (``--resume``), so an interrupted benchmark
+continues where it stopped; a run whose preset now sets other values is refused (delete its folder). With
 ``--deadline`` (UTC), a run still going then is stopped (kept for resuming) and envs not started are reported as
-"not run (budget)" — never a made-up figure. Writes ``envs.md`` (the table) and ``envs.png`` (before → after
-per env) into ``--out``. Last line: ``RESULT envs=a,b,… learned=N of M`` (M: the selected envs, run or not).
+"not run (budget)" — never a made-up figure. Writes ``envs.md`` (the table) and ``envs.png`` (before → after per
+env) into ``--out``. Last line: ``RESULT envs=a,b,… learned=N of M rule=gain>10pp&>2SE split=test
+validation=K/M`` (M: the selected envs, run or not; K: how many have a validation split). ``--quick``: the
+calculator alone with a tiny model and budget, in its own folder (a smoke test, a minute or two).
 """
 
 from __future__ import annotations
@@ -17,21 +32,25 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import harmonyrl
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.tasks.factory import make_factory
+from harmonyrl.telemetry.stats import Estimate, difference, learned
 
 ENVS = ("calculator", "retool", "sql", "instruct", "maze", "browse", "humaneval")
 """Every built-in env, in the order they run (cheapest first, as measured by a probe on 2026-11-25)."""
 PRESETS = Path(harmonyrl.__file__).parent / "presets"
-LEARNED = 0.10
-"""Rise in held-out pass@1 (absolute) that counts as learning."""
+QUICK = ("model.preset=nano", "sft.steps=8", "rl.steps=2", "rollout.tasks_per_step=2", "rollout.group_size=2",
+         "eval.n_tasks=4", "eval.samples_per_task=2")  # fmt: skip
+"""Overrides of ``--quick``: a smoke test of the script, not a measurement."""
 
 
 @dataclass(frozen=True)
@@ -51,11 +70,26 @@ class EnvRow:
     tool_calls: tuple[float, float] | None = None
     """Held-out tool-call rate (sampled) before and after RL: a policy that learns to answer without its tools shows
     here first (sql's did)."""
+    se: tuple[float, float, float, float] | None = None
+    """Task-clustered SEs: pass@1 before, after, greedy before, after (``eval[_greedy]/success_se``)."""
+    se_bound: bool = False
+    """The SEs are the largest the task count allows (a run that predates ``eval/success_se``)."""
+    validation: bool = False
+    """The env has a validation split (presets chosen on it, this figure on test)."""
+
+    def gain(self, greedy: bool = False) -> Estimate | None:
+        """After − before (pass@1, or greedy) with its standard error; None without both figures."""
+        pair = (self.greedy_before, self.greedy_after) if greedy else (self.before, self.after)
+        if pair[0] is None or pair[1] is None or self.se is None:
+            return None
+        se_b, se_a = self.se[2:] if greedy else self.se[:2]
+        return difference(Estimate(pair[0], se_b, 0, 0), Estimate(pair[1], se_a, 0, 0))
 
     @property
     def learned(self) -> bool:
-        """Held-out pass@1 rose by at least :data:`LEARNED` from the warm start."""
-        return self.before is not None and self.after is not None and self.after - self.before >= LEARNED - 1e-9
+        """The test gain in pass@1 exceeds +10 points and 2 standard errors (:func:`stats.learned`)."""
+        gain = self.gain()
+        return gain is not None and learned(gain)
 
 
 def budget_of(cfg: RunConfig) -> str:
@@ -75,11 +109,11 @@ def ran_another_preset(env: str, preset: Path, out: Path) -> bool:
     return (out / env).exists() and copy.is_file() and load_config(copy, []) != load_config(preset, [])
 
 
-def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRow:
+def read_row(env: str, preset: Path, out: Path, status_if_missing: str, overrides: tuple[str, ...] = ()) -> EnvRow:
     """The row of ``env`` from its run folder ``out/env`` (``summary.json``); without one, ``status_if_missing``,
     or where the run stopped if an earlier invocation started it (it was not run *this* time). A run of an older
     preset has no figures here: they would stand beside the new preset's budget."""
-    cfg = load_config(preset, [])
+    cfg = load_config(preset, list(overrides))
     budget = budget_of(cfg)
     run = out / env
     if ran_another_preset(env, preset, out):
@@ -91,9 +125,38 @@ def read_row(env: str, preset: Path, out: Path, status_if_missing: str) -> EnvRo
     s = json.loads(summary.read_text())
     side = out / f"{env}.bench.json"
     load = json.loads(side.read_text()).get("load", "") if side.is_file() else ""
-    return EnvRow(env, budget, "done", s["success_before"], s["success_after"], s["greedy_success_before"],
-                  s["greedy_success_after"], s["minutes"], load,
-                  tool_call_rates(run / "metrics.jsonl") if has_tools(cfg) else None)  # fmt: skip
+    figures = (s["success_before"], s["success_after"], s["greedy_success_before"], s["greedy_success_after"])
+    se, bound = standard_errors(run / "metrics.jsonl", figures, cfg.eval.n_tasks)
+    return EnvRow(env, budget, "done", *figures, s["minutes"], load,
+                  tool_call_rates(run / "metrics.jsonl") if has_tools(cfg) else None, se, bound,
+                  has_validation(cfg))  # fmt: skip
+
+
+def standard_errors(
+    metrics: Path, figures: tuple[float, float, float, float], tasks: int
+) -> tuple[tuple[float, float, float, float], bool]:
+    """The SEs of pass@1 before, after and greedy before, after from the first and last evaluation in
+    ``metrics`` (``eval/success_se``, ``eval_greedy/success_se``), and False; for a run without them, the largest
+    SE ``tasks`` tasks allow for each figure (``sqrt(p (1 − p) / (tasks − 1))``), and True."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    evals = [r for r in rows if r.get("phase") == "eval"]
+    keys = ("eval/success_se", "eval_greedy/success_se")
+    if len(evals) >= 2 and all(k in evals[0] and k in evals[-1] for k in keys):
+        first, last = evals[0], evals[-1]
+        return (first[keys[0]], last[keys[0]], first[keys[1]], last[keys[1]]), False
+    bound = tuple(math.sqrt(p * (1 - p) / max(tasks - 1, 1)) for p in figures)
+    return bound, True  # type: ignore[return-value]
+
+
+def has_validation(cfg: RunConfig) -> bool:
+    """Whether the env has a validation split yet (issue 41 item 1): non-empty and sharing no task with the test
+    split (a factory that predates it may answer any split other than "train" with its test tasks)."""
+    factory = make_factory(cfg.env, cfg.seed)
+    try:
+        validation = {t.id for t in factory.tasks("validation")}  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, NotImplementedError):
+        return False
+    return bool(validation) and not validation & {t.id for t in factory.tasks("test")}
 
 
 def has_tools(cfg: RunConfig) -> bool:
@@ -128,7 +191,7 @@ def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def run_env(env: str, preset: Path, out: Path, timeout_s: float | None) -> str:
+def run_env(env: str, preset: Path, out: Path, timeout_s: float | None, overrides: tuple[str, ...] = ()) -> str:
     """Run (or resume) ``env``'s training in a subprocess: ``done``, ``stopped at the deadline`` or ``failed …``.
 
     The preset is copied beside the run folder when it starts; a finished or stopped run is reused only if its
@@ -147,7 +210,8 @@ def run_env(env: str, preset: Path, out: Path, timeout_s: float | None) -> str:
         cmd = ["harmonyrl", "train", "--resume", str(run)]
     else:
         copy.write_text(text)
-        cmd = ["harmonyrl", "train", "-c", str(preset), "threads=1", f"output_dir={out}", f"run_name={env}"]
+        cmd = ["harmonyrl", "train", "-c", str(preset), "threads=1", *overrides, f"output_dir={out}",
+               f"run_name={env}"]  # fmt: skip
     print(f"{env}: {' '.join(cmd)}  (log: {log}, load {_load()})", flush=True)
     start = _load()
     with log.open("a") as f:
@@ -163,27 +227,36 @@ def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.1%}"
 
 
+def fmt_gain(gain: Estimate | None, bound: bool) -> str:
+    """``+25.0 ± 4.1`` points (``± ≤4.1`` for an SE bound)."""
+    return "—" if gain is None else f"{100 * gain.mean:+.1f} ± {'≤' if bound else ''}{100 * gain.se:.1f}"
+
+
 def table(rows: list[EnvRow]) -> list[str]:
     """The markdown table: one row per env; an env without figures says why in the result column."""
-    lines = ["| env | held-out pass@1 before → after | gain (pp) | greedy before → after | learned | minutes | "
-             "load avg 1/5/15 min, start → end | tool calls before → after | budget |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| env | test pass@1 before → after | gain ± SE (pp) | greedy before → after | greedy gain ± SE (pp) | "
+             "learned (> +10 pp and > 2 SE) | validation split | minutes | load avg 1/5/15 min, start → end | "
+             "tool calls before → after | budget |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
+        valid = "yes" if r.validation else "not yet"
         if r.before is None or r.after is None:
-            lines.append(f"| {r.env} | {r.status} | — | — | no | — | — | — | {r.budget} |")
+            lines.append(f"| {r.env} | {r.status} | — | — | — | no | {valid} | — | — | — | {r.budget} |")
             continue
-        gain = f"{100 * (r.after - r.before):+.1f}"
         greedy = f"{fmt(r.greedy_before)} → {fmt(r.greedy_after)}"
         tools = "—" if r.tool_calls is None else f"{fmt(r.tool_calls[0])} → {fmt(r.tool_calls[1])}"
-        learned = "**yes**" if r.learned else "no"
-        lines.append(f"| {r.env} | {fmt(r.before)} → {fmt(r.after)} | {gain} | {greedy} | {learned} | "
-                     f"{r.minutes:.1f} | {r.load} | {tools} | {r.budget} |")  # fmt: skip
+        learned_cell = "**yes**" if r.learned else "no"
+        lines.append(f"| {r.env} | {fmt(r.before)} → {fmt(r.after)} | {fmt_gain(r.gain(), r.se_bound)} | {greedy} | "
+                     f"{fmt_gain(r.gain(greedy=True), r.se_bound)} | {learned_cell} | {valid} | {r.minutes:.1f} | "
+                     f"{r.load} | {tools} | {r.budget} |")  # fmt: skip
     return lines
 
 
 def result_line(rows: list[EnvRow]) -> str:
-    """``RESULT envs=a,b,… learned=N of M``: M counts every selected env, run or not."""
-    return f"RESULT envs={','.join(r.env for r in rows)} learned={sum(r.learned for r in rows)} of {len(rows)}"
+    """``RESULT envs=a,b,… learned=N of M rule=… split=test validation=K/M``: M counts every selected env, run or
+    not; K those with a validation split."""
+    return (f"RESULT envs={','.join(r.env for r in rows)} learned={sum(r.learned for r in rows)} of {len(rows)} "
+            f"rule=gain>10pp&>2SE split=test validation={sum(r.validation for r in rows)}/{len(rows)}")  # fmt: skip
 
 
 def plot(rows: list[EnvRow], path: Path) -> None:
@@ -238,7 +311,12 @@ def main() -> None:
     parser.add_argument("--presets", type=Path, default=PRESETS, help="folder of <env>.yaml presets")
     parser.add_argument("--deadline", default=None, help="HH:MM UTC: stop the run going then, start no other")
     parser.add_argument("--table-only", action="store_true", help="only tabulate the finished runs in --out")
+    parser.add_argument("--quick", action="store_true", help="calculator only, tiny model and budget: a smoke test")
     args = parser.parse_args()
+    overrides: tuple[str, ...] = ()
+    if args.quick:
+        args.envs, overrides = "calculator", QUICK
+        args.out = args.out if args.out != Path("runs/envs") else Path(tempfile.mkdtemp(prefix="harmonyrl-envs-"))
     envs = parse_envs(args.envs)
     args.out.mkdir(parents=True, exist_ok=True)
     status: dict[str, str] = {}
@@ -246,8 +324,9 @@ def main() -> None:
         left = seconds_left(args.deadline)
         if args.table_only or (left is not None and left <= 0):
             continue
-        status[env] = run_env(env, args.presets / f"{env}.yaml", args.out, left)
-    rows = [read_row(e, args.presets / f"{e}.yaml", args.out, status.get(e, "not run (budget)")) for e in envs]
+        status[env] = run_env(env, args.presets / f"{env}.yaml", args.out, left, overrides)
+    rows = [read_row(e, args.presets / f"{e}.yaml", args.out, status.get(e, "not run (budget)"), overrides)
+            for e in envs]  # fmt: skip
     lines = table(rows)
     (args.out / "envs.md").write_text("\n".join(lines) + "\n")
     plot(rows, args.out / "envs.png")

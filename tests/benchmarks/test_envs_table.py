@@ -23,11 +23,18 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "envs.py"
 bench = load_benchmark("envs")
 
 
-def fake_run(out: Path, env: str, before: float, after: float, minutes: float = 2.5) -> None:
+def fake_run(
+    out: Path, env: str, before: float, after: float, minutes: float = 2.5, se: tuple[float, ...] | None = None
+) -> None:
+    """A finished run folder; with ``se`` (pass@1 before, after, greedy before, after) its two evaluations."""
     (out / env).mkdir(parents=True)
     summary = {"success_before": before, "success_after": after, "greedy_success_before": 0.5,
                "greedy_success_after": 0.75, "minutes": minutes}  # fmt: skip
     (out / env / "summary.json").write_text(json.dumps(summary))
+    if se is not None:
+        evals = [{"phase": "eval", "step": step, "eval/success_se": se[i], "eval_greedy/success_se": se[i + 2]}
+                 for i, step in enumerate((0, 10))]  # fmt: skip
+        (out / env / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
 
 
 def test_every_built_in_env_has_a_preset_for_itself() -> None:
@@ -49,29 +56,38 @@ def test_every_preset_lets_its_expert_finish_a_turn(env: str) -> None:
     assert longest <= cfg.rollout.max_new_tokens, f"{env}: an expert message of {longest} tokens"
 
 
-def test_learned_means_ten_points_or_more_and_a_missing_run_is_not_run(tmp_path: Path) -> None:
-    fake_run(tmp_path, "calculator", 0.20, 0.30)  # +10.0 pp exactly (0.3 - 0.2 is 0.0999… in floats): learned
-    fake_run(tmp_path, "sql", 0.20, 0.29)  # +9 pp: not
-    rows = [bench.read_row(e, bench.PRESETS / f"{e}.yaml", tmp_path, "not run (budget)")
-            for e in ("calculator", "sql", "maze")]  # fmt: skip
-    assert [r.learned for r in rows] == [True, False, False]
-    assert rows[2].status == "not run (budget)" and rows[2].before is None
-    assert bench.result_line(rows) == "RESULT envs=calculator,sql,maze learned=1 of 3"
+def test_learned_means_more_than_ten_points_and_two_standard_errors(tmp_path: Path) -> None:
+    fake_run(tmp_path, "calculator", 0.20, 0.35, se=(0.02, 0.02, 0.03, 0.03))  # +15 pp, SE 2.8: learned
+    fake_run(tmp_path, "retool", 0.20, 0.35, se=(0.06, 0.06, 0.03, 0.03))  # +15 pp but SE 8.5: 2 SE is 17
+    fake_run(tmp_path, "sql", 0.20, 0.30, se=(0.001, 0.001, 0.03, 0.03))  # exactly +10: not more than 10
+    fake_run(tmp_path, "instruct", 0.20, 0.50)  # no SE recorded: the largest the task count allows
+    envs = ("calculator", "retool", "sql", "instruct", "maze")
+    rows = [bench.read_row(e, bench.PRESETS / f"{e}.yaml", tmp_path, "not run (budget)") for e in envs]
+    assert [r.learned for r in rows] == [True, False, False, True, False]
+    gain = rows[0].gain()
+    assert gain is not None and gain.mean == pytest.approx(0.15) and gain.se == pytest.approx(0.02 * 2**0.5)
+    n = load_config(bench.PRESETS / "instruct.yaml", []).eval.n_tasks
+    assert rows[3].se_bound and rows[3].se is not None
+    assert rows[3].se[:2] == pytest.approx(((0.16 / (n - 1)) ** 0.5, (0.25 / (n - 1)) ** 0.5))  # p = 0.2, then 0.5
+    assert rows[4].status == "not run (budget)" and rows[4].before is None
+    assert bench.result_line(rows) == (
+        "RESULT envs=calculator,retool,sql,instruct,maze learned=2 of 5 rule=gain>10pp&>2SE split=test validation=0/5"
+    )
 
 
 def test_table_has_one_row_per_env_with_figures_or_the_reason(tmp_path: Path) -> None:
-    fake_run(tmp_path, "calculator", 0.25, 0.5, minutes=3.04)
+    fake_run(tmp_path, "calculator", 0.25, 0.5, minutes=3.04, se=(0.03, 0.04, 0.05, 0.05))
     (tmp_path / "calculator.bench.json").write_text(json.dumps({"load": "2.0 → 3.0"}))
     rows = [bench.read_row("calculator", bench.PRESETS / "calculator.yaml", tmp_path, "x"),
             bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "not run (budget)")]  # fmt: skip
     lines = bench.table(rows)
     assert len(lines) == 2 + 2
     calc = lines[2].split(" | ")
-    assert calc[:7] == ["| calculator", "25.0% → 50.0%", "+25.0", "50.0% → 75.0%", "**yes**", "3.0", "2.0 → 3.0"]
+    assert calc[:10] == ["| calculator", "25.0% → 50.0%", "+25.0 ± 5.0", "50.0% → 75.0%", "+25.0 ± 7.1", "**yes**",
+                         "not yet", "3.0", "2.0 → 3.0", "—"]  # fmt: skip
     maze_budget = bench.budget_of(load_config(bench.PRESETS / "maze.yaml", []))
     assert maze_budget.startswith("micro; SFT ") and "; RL " in maze_budget
-    assert calc[7] == "—"  # no metrics.jsonl: no tool-call rates
-    assert lines[3] == f"| maze | not run (budget) | — | — | no | — | — | — | {maze_budget} |"
+    assert lines[3] == f"| maze | not run (budget) | — | — | — | no | not yet | — | — | — | {maze_budget} |"
 
 
 def test_tool_call_rates_are_the_first_and_last_evaluation(tmp_path: Path) -> None:
@@ -82,7 +98,7 @@ def test_tool_call_rates_are_the_first_and_last_evaluation(tmp_path: Path) -> No
     (tmp_path / "sql" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     row = bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x")
     assert row.tool_calls == (0.49, 0.04)
-    assert bench.table([row])[2].split(" | ")[7] == "49.0% → 4.0%"
+    assert bench.table([row])[2].split(" | ")[9] == "49.0% → 4.0%"
     (tmp_path / "sql" / "metrics.jsonl").write_text(json.dumps(evals[0]) + "\n")  # one evaluation: no pair
     assert bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x").tool_calls is None
     fake_run(tmp_path, "instruct", 0.1, 0.2)  # an env without tools: its 0 % -> 0 % would read as a lost habit
