@@ -7,6 +7,9 @@ given what is left of ``--budget-s``:
   rloo, reinforce_pp, gae, a2c) and once with the GSPO loss and R3 routing replay: every RL step must update
   (equal-reward groups are not skipped here), seconds, held-out success before/after (a nano model: this proves
   the path runs on the device, not that it learns).
+* ``gate``: the mismatch gate (``harmonyrl check-mismatch``, :mod:`harmonyrl.trainer.mismatch_gate`) on the
+  device: the tiny run's RL steps with the embedded engine, fp32 (engine and trainer) and bf16 (engine dtype and
+  trainer autocast), each judged at its precision's documented bound; the mean KL, worst step and verdict of each.
 * ``kernel`` (c): ``benchmarks/attention_gpu.py --check``: the flex sink kernel's exactness (forward and every
   gradient) and its time and peak memory against eager at 2k, 8k and 32k tokens.
 * ``checkpoint`` (b): a synthetic checkpoint with gpt-oss-20b's exact geometry (random weights, MXFP4 experts,
@@ -41,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("train", "kernel", "checkpoint", "lora_step", "engine")
-SHARE = {"train": 0.25, "kernel": 0.3, "checkpoint": 0.3, "lora_step": 0.35, "engine": 0.2}
+ORDER = ("train", "gate", "kernel", "checkpoint", "lora_step", "engine")
+SHARE = {"train": 0.25, "gate": 0.15, "kernel": 0.3, "checkpoint": 0.3, "lora_step": 0.35, "engine": 0.2}
 """Most of the time left that a section may take (the rest is kept for the sections after it)."""
 ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "gae", "a2c")
 H200_BF16_TFLOPS = 989.0
@@ -127,6 +130,7 @@ def headline(sections: dict[str, dict[str, Any]]) -> list[str]:
         "checkpoint": ("load_s", "gpu_gib"),
         "engine": ("engine_vs_hf", "k3_bf16"),
         "train": ("runs_ok",),
+        "gate": ("gate_fp32_kl", "gate_bf16_kl", "gates_passed"),
     }
     return [f"{k}={sections[s][k]}" for s, ks in keys.items() if s in sections for k in ks if k in sections[s]]
 
@@ -183,6 +187,37 @@ def section_train(dry_run: bool, out: Path) -> dict[str, Any]:
             runs[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
     ok = sum(r["ok"] for r in runs.values())
     return {"status": "ok" if ok == len(runs) else "failed", "runs_ok": f"{ok}/{len(runs)}", "runs": runs}
+
+
+GATE_STEPS = 3
+GATE_PRECISIONS = {"fp32": [], "bf16": ["model.precision=bf16", "rollout.engine.dtype=bfloat16"]}
+
+
+def section_gate(dry_run: bool, out: Path) -> dict[str, Any]:
+    """The mismatch gate on the device, at each precision (the function ``harmonyrl check-mismatch`` runs)."""
+    import asyncio
+
+    from rich.console import Console
+
+    from harmonyrl.config import load_config
+    from harmonyrl.trainer.mismatch_gate import GATE_DEFAULTS, run_gate
+
+    device = device_of(dry_run)
+    figures: dict[str, Any] = {}
+    for name, extra in GATE_PRECISIONS.items():
+        overrides = [*GATE_DEFAULTS, f"device={device}", *TINY, "rollout.group_size=4", f"rl.steps={GATE_STEPS}",
+                     *extra, f"output_dir={out / 'gate'}", f"run_name={name}"]  # fmt: skip
+        try:
+            result = asyncio.run(run_gate(load_config(None, overrides), None, Console(quiet=True)))
+            figures[f"gate_{name}_kl"] = sig(result.mean)
+            figures[name] = {"passed": result.passed, "bound": result.bound, "worst": result.worst,
+                             "line": result.line()}  # fmt: skip
+            print(result.line(), flush=True)
+        except BaseException as e:  # a one-line error too: recorded, the other precision still runs
+            figures[name] = {"passed": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    passed = sum(f["passed"] for k, f in figures.items() if k in GATE_PRECISIONS)
+    figures["gates_passed"] = f"{passed}/{len(GATE_PRECISIONS)}"
+    return {"status": "ok" if passed == len(GATE_PRECISIONS) else "failed", **figures}
 
 
 def section_kernel(dry_run: bool, out: Path) -> dict[str, Any]:
@@ -386,7 +421,7 @@ def sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-SECTIONS = {"train": section_train, "kernel": section_kernel, "checkpoint": section_checkpoint,
+SECTIONS = {"train": section_train, "gate": section_gate, "kernel": section_kernel, "checkpoint": section_checkpoint,
             "lora_step": section_lora_step, "engine": section_engine}  # fmt: skip
 
 
