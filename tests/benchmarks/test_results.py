@@ -44,7 +44,11 @@ def test_results_on_a_tiny_budget_writes_both_files_and_the_readme_table(tmp_pat
     assert "| tiny (smoke) | ok |" in md and "**not** a measurement" in md
     readme = (tmp_path / "README.md").read_text()
     assert "old table" not in readme and readme.endswith("\n\nafter\n")
-    assert "[vocab_cost](docs/results.md)" in readme and "smoke only" in readme
+    assert "Smoke-tested only (tiny budget, no figures): vocab_cost." in readme
+    assert "params=" not in readme  # a smoke run's figures are never shown as a result
+    data["runs"]["vocab_cost"]["budget"] = "full"  # the same record as a measurement: a row with its figures
+    table = results.readme_table(data)
+    assert "| [vocab_cost](docs/results.md#vocab_cost) ([doc](docs/o200k.md)) | `params=" in table
     # resumable: the finished run is kept, not run again
     assert "vocab_cost: kept (tiny" in _run(tmp_path)
 
