@@ -78,6 +78,8 @@ def _print_presets() -> None:
 
     for p in preset_files.available():
         console.print(f"{p.name:<12} {p.description}", highlight=False, soft_wrap=True, markup=False)
+    for p in preset_files.available(preset_files.algorithms_folder()):  # compare --algos NAME, not -p NAME
+        console.print(f"{p.name:<12} (compare --algos) {p.description}", highlight=False, soft_wrap=True, markup=False)
     folder = preset_files.PRESETS_DIR
     console.print(f"(YAML files in {folder}; use one with -p NAME)", highlight=False, soft_wrap=True, markup=False)
 

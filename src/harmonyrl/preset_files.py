@@ -4,7 +4,8 @@ A preset is a YAML file with the schema of a ``-c`` file (:mod:`harmonyrl.config
 in the folder is one, named by its file name without the suffix. It is applied before ``-c`` and the dotted overrides,
 so anything given on the command line wins. Its leading comment's first sentence is its description
 (``harmonyrl presets`` lists them whole). Which values each shipped preset holds, and the sweep that chose them:
-docs/sweeps.md.
+docs/sweeps.md. Algorithm presets (``harmonyrl compare --algos``) live in the ``algorithms/`` subfolder, one per
+named algorithm, each an ``rl`` section of the same schema (:class:`harmonyrl.algorithms.choices.NamedAlgorithm`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def description(path: Path) -> str:
     joined = " ".join(lines)
     end = joined.find(". ")
     return joined[: end + 1] if end >= 0 else joined
+
+
+def algorithms_folder() -> Path:
+    """The folder of the algorithm presets (``harmonyrl compare --algos NAME``), inside :data:`PRESETS_DIR`."""
+    return PRESETS_DIR / "algorithms"
 
 
 def available(folder: Path | None = None) -> list[Preset]:

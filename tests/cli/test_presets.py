@@ -123,3 +123,45 @@ def test_the_preset_is_named_in_the_runs_first_line_and_config_yaml(tmp_path: Pa
     assert result.output.splitlines()[0].startswith(f"run folder {tmp_path / 'r'}  preset quick  model nano")
     recorded = load_config(tmp_path / "r" / "config.yaml")
     assert (recorded.preset, recorded.rl.steps) == ("quick", 1)  # named; its values applied under the overrides
+
+
+def test_algorithm_presets_are_typed_rl_sections_that_compare_and_presets_use(folder: Path) -> None:
+    from harmonyrl.algorithms.choices import GAE, GRPO, NamedAlgorithm, PolicyGradient, SoftQ
+    from harmonyrl.trainer.compare import algorithm_names, named_algorithm, parse_algos
+
+    algos = folder / "algorithms"
+    algos.mkdir()
+    _write(algos / "mine.yaml", "# mine: GAE and plain PG.\nrl:\n  advantage:\n    kind: gae\n  loss:\n    kind: pg\n")
+    _write(algos / "soft.yaml", "# soft: the soft-Q row.\nrl:\n  loss:\n    kind: soft_q\n    alpha: 0.5\n")
+    _write(algos / "typo.yaml", "rl:\n  loss:\n    kind: ppo_clip\n  advantge:\n    kind: gae\n")
+    assert algorithm_names() == ["mine", "soft", "typo"]  # the folder's files are the names compare accepts
+    assert parse_algos("soft, mine") == ["soft", "mine"]
+    assert named_algorithm("mine") == NamedAlgorithm(advantage=GAE(), loss=PolicyGradient())
+    assert named_algorithm("soft").loss == SoftQ(alpha=0.5) and named_algorithm("soft").advantage is None
+    with pytest.raises(ValueError, match="advantge"):  # typed: a misspelt choice is an error, not ignored
+        named_algorithm("typo")
+    with pytest.raises(ConfigError, match=r"unknown algorithm\(s\) \['ppo'\]; choose from mine, soft, typo"):
+        parse_algos("ppo")
+    lines = runner.invoke(app, ["presets"]).output.splitlines()
+    assert lines[3:5] == [
+        "mine         (compare --algos) mine: GAE and plain PG.",
+        "soft         (compare --algos) soft: the soft-Q row.",
+    ]
+    # applied on top of a run's rl settings, a choice the preset sets replaces the run's whole; unset ones stay
+    from harmonyrl.trainer.compare import _rl_for
+
+    run = load_config(None, ["rl.advantage.std_normalize=false", "rl.loss.clip_high=0.3", "rl.lr=0.003"])
+    soft = _rl_for(run, "soft")
+    assert soft.advantage == GRPO(std_normalize=False) and soft.loss == SoftQ(alpha=0.5) and soft.lr == 0.003
+    assert _rl_for(run, "mine").advantage == GAE()
+
+
+def test_shipped_algorithm_presets_validate_and_describe_themselves() -> None:
+    from harmonyrl.trainer.compare import algorithm_names, named_algorithm
+
+    shipped = available(preset_files.algorithms_folder())
+    assert {"ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "a2c", "sac"} <= set(algorithm_names())
+    for p in shipped:  # each is typed, described, and also a valid rl section of a run config (-c FILE)
+        assert p.description, f"algorithm preset {p.name} has no description comment"
+        named_algorithm(p.name)
+        load_config(None, [], [p.path])

@@ -7,13 +7,15 @@ import dataclasses
 import pytest
 import torch
 
-from harmonyrl.algorithms.choices import ALGORITHMS
 from harmonyrl.config import RLConfig
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.trainer.batch import collate, score
+from harmonyrl.trainer.compare import algorithm_names, named_algorithm
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.types import Failure, Trajectory
 
+ALGORITHMS = {name: named_algorithm(name).model_dump(exclude_none=True) for name in algorithm_names()}
+"""Every algorithm preset (presets/algorithms/*.yaml) as the ``rl`` fragment ``harmonyrl compare`` applies."""
 VOCAB = 97
 HEAD = tuple(range(1, 41))  # a shared 40-token prompt (the env's system + developer messages)
 

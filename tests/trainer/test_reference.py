@@ -17,7 +17,6 @@ import pytest
 import torch
 from transformers import GptOssForCausalLM
 
-from harmonyrl.algorithms.choices import ALGORITHMS
 from harmonyrl.config import RLConfig, load_config
 from harmonyrl.errors import CheckpointError
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
@@ -32,6 +31,7 @@ from harmonyrl.models.lora import (
 )
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, load_model, save_model
 from harmonyrl.trainer.batch import collate
+from harmonyrl.trainer.compare import named_algorithm
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.precision import autocast
 from harmonyrl.trainer.reference import Reference, rl_start_adapters
@@ -258,7 +258,13 @@ def test_a_bf16_base_keeps_the_on_policy_ratio_exactly_one(kl_use: str, trained_
 
 
 def test_soft_q_scores_a_lora_reference() -> None:
-    cfg = RLConfig.model_validate({**ALGORITHMS["sac"], "lr": 1e-2, "loss": {"kind": "soft_q", "replay_batch": 8}})
+    cfg = RLConfig.model_validate(
+        {
+            **named_algorithm("sac").model_dump(exclude_none=True),
+            "lr": 1e-2,
+            "loss": {"kind": "soft_q", "replay_batch": 8},
+        }
+    )
     model = _lora(trained_start=True, base=torch.bfloat16)
     learner = Learner.create(cfg, model, pad_id=0, norm=64.0, seed=0, precision="bf16")
     assert learner.update(_episodes()).applied

@@ -5,14 +5,15 @@ discriminated unions of them, so ``rl.advantage.kind=rloo`` on the command line 
 ``kind`` or a field that the chosen kind does not have is a config error, not a silent default. The trainer
 dispatches with ``match`` on these types: there is no string-keyed registry to get out of sync.
 
-Named algorithms are combinations (see :data:`ALGORITHMS`): PPO = GAE advantages + critic + PPO clip;
-GRPO = group-normalised advantages + PPO clip; GSPO = GRPO advantages + sequence-ratio loss; the SAC-style
-row is its own learner (soft Q-learning over token actions with a replay buffer).
+Named algorithms are combinations of these choices (:class:`NamedAlgorithm`), shipped as algorithm presets beside
+the run presets (``harmonyrl/presets/algorithms/NAME.yaml``, read by ``harmonyrl compare --algos``): PPO = GAE
+advantages + critic + PPO clip; GRPO = group-normalised advantages + PPO clip; GSPO = GRPO advantages +
+sequence-ratio loss; the SAC-style row is its own learner (soft Q-learning over token actions with a replay buffer).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -144,22 +145,17 @@ class Guards(Frozen):
 
 # ---- named algorithms ----------------------------------------------------------------------------------
 
-ALGORITHMS: dict[str, dict[str, Any]] = {
-    "ppo": {"advantage": {"kind": "gae"}, "loss": {"kind": "ppo_clip"}, "aggregation": "token-mean"},
-    "grpo": {"advantage": {"kind": "grpo"}, "loss": {"kind": "ppo_clip"}},
-    "dr_grpo": {
-        "advantage": {"kind": "grpo", "std_normalize": False},
-        "loss": {"kind": "ppo_clip"},
-        "aggregation": "seq-mean-token-sum-norm",
-    },
-    "rloo": {"advantage": {"kind": "rloo"}, "loss": {"kind": "ppo_clip"}},
-    "reinforce_pp": {"advantage": {"kind": "reinforce_pp"}, "loss": {"kind": "ppo_clip"}},
-    "gspo": {"advantage": {"kind": "grpo"}, "loss": {"kind": "gspo"}, "aggregation": "seq-mean-token-mean"},
-    "a2c": {"advantage": {"kind": "a2c"}, "loss": {"kind": "pg"}},
-    "sac": {"loss": {"kind": "soft_q"}},
-}
-"""Named algorithms as ``rl`` config fragments (for ``harmonyrl compare --algos``). Plain data: the typed
-config validates them like any user YAML."""
+
+class NamedAlgorithm(Frozen):
+    """A named algorithm: the ``rl`` choices it fixes, as its preset file's ``rl`` section holds them. Applied
+    on top of a run's ``rl`` settings, each choice it sets replaces the run's whole (a GAE advantage is GAE's own
+    defaults, not the run's GRPO fields merged in); what it leaves unset (None) stays the run's, as does every
+    other ``rl`` setting (steps, lr, KL, guards)."""
+
+    advantage: Advantage | None = None
+    loss: PolicyLoss
+    aggregation: AggregationMode | None = None
+
 
 AGGREGATIONS: tuple[AggregationMode, ...] = (
     "token-mean",

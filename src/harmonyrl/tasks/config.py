@@ -1,21 +1,33 @@
 """The ``env`` section of the run config: one typed model per built-in environment, chosen by ``env.name``, and
 ``custom``: the user's own factory (docs/custom-env.md).
 
-Adding an environment is a model here, a member of :data:`EnvConfig` and one case in
-:func:`harmonyrl.tasks.factory.make_factory`. Every built-in env has a deliberately imperfect scripted expert for
-the SFT warm start; its two knobs, ``p_tool`` and ``p_verbose``, are the env's (what they mean differs per env).
+Each model builds what it configures: ``build_factory(seed)`` returns its
+:class:`~harmonyrl.envs.base.EnvFactory` (the factory's constructor called with keyword arguments) and
+``build_expert()`` its scripted expert for the SFT warm start, with the env's knobs bound. Their imports are
+inside the methods, so reading a config imports no environment, and only the envs that need it import the sandbox.
+Adding an environment is a model here (``name`` literal, ``memory``, the two methods) and a member of
+:data:`EnvConfig`; nothing else dispatches on the env's type (:mod:`harmonyrl.tasks.factory` only wraps). Every
+built-in env has a deliberately imperfect scripted expert; its two knobs, ``p_tool`` and ``p_verbose``, are the
+env's (what they mean differs per env).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from harmonyrl.envs.loader import TargetError, resolve_target
+from harmonyrl.envs.loader import TargetError, UserCodeError, resolve_target
+from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.frozen import Frozen
+
+if TYPE_CHECKING:
+    from harmonyrl.envs.base import EnvFactory
+    from harmonyrl.tasks.custom import Expert
 
 P_TOOL = 0.8
 """Default ``p_tool`` of every built-in expert (why 0.8: docs/tuning.md)."""
@@ -47,6 +59,26 @@ class CalculatorEnvConfig(Frozen):
     """Each operand takes one of only the lowest N values of its usual range (fewer distinct number tokens to
     learn: docs/o200k.md); null: the usual problems. Not with ``levels``."""
 
+    def build_factory(self, seed: int) -> EnvFactory:
+        """The generated problems of ``seed``."""
+        from harmonyrl.tasks.calculator import CalculatorFactory
+
+        return CalculatorFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            tool_timeout_s=self.tool_timeout_s,
+            levels=self.levels,
+            test_levels=self.test_levels,
+            operand_values=self.operand_values,
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's ``p_tool`` / ``p_verbose`` bound."""
+        from harmonyrl.tasks.calculator import expert_demo
+
+        return functools.partial(expert_demo, p_tool=self.p_tool, p_verbose=self.p_verbose)
+
     @model_validator(mode="after")
     def _levels_ordered(self) -> CalculatorEnvConfig:
         for name, pair in (("levels", self.levels), ("test_levels", self.test_levels)):
@@ -74,6 +106,10 @@ class RewardWeightsConfig(Frozen):
             raise ValueError("outcome + format + tool_use must be <= 1 (rewards stay in [0, 1])")
         return self
 
+    def weights(self) -> RewardWeights:
+        """The weights as the envs take them."""
+        return RewardWeights(**self.model_dump())
+
 
 class RetoolEnvConfig(Frozen):
     """Math word problems solved with the sandboxed ``python`` tool (needs bubblewrap)."""
@@ -95,6 +131,26 @@ class RetoolEnvConfig(Frozen):
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a program-running demonstration wraps the right number in a sentence (scored 0)."""
 
+    def build_factory(self, seed: int) -> EnvFactory:
+        """Generated problems of ``seed`` (or ``tasks_file``'s), each program run in the sandbox."""
+        from harmonyrl.tasks.retool import DEFAULT_LIMITS, RetoolFactory
+
+        return RetoolFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            limits=dataclasses.replace(DEFAULT_LIMITS, timeout_s=self.timeout_s),
+            allow_unsafe=self.allow_unsafe,
+            weights=self.reward.weights(),
+            tasks_file=self.tasks_file,
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's ``p_tool`` / ``p_verbose`` bound."""
+        from harmonyrl.tasks.retool import expert_demo
+
+        return functools.partial(expert_demo, p_tool=self.p_tool, p_verbose=self.p_verbose)
+
 
 class SqlEnvConfig(Frozen):
     """Questions over a generated SQLite shop database, answered with a read-only ``query`` tool."""
@@ -112,6 +168,26 @@ class SqlEnvConfig(Frozen):
     """Probability that the scripted expert queries (otherwise it guesses a plausible wrong number)."""
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a querying demonstration wraps the right value in a sentence (scored 0)."""
+
+    def build_factory(self, seed: int) -> EnvFactory:
+        """Generated questions of ``seed`` (or ``tasks_file``'s) over the shop database."""
+        from harmonyrl.tasks.sql import SqlFactory
+
+        return SqlFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            query_timeout_s=self.query_timeout_s,
+            max_rows=self.max_rows,
+            weights=self.reward.weights(),
+            tasks_file=self.tasks_file,
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's ``p_tool`` / ``p_verbose`` bound."""
+        from harmonyrl.tasks.sql import expert_demo
+
+        return functools.partial(expert_demo, p_tool=self.p_tool, p_verbose=self.p_verbose)
 
 
 class InstructEnvConfig(Frozen):
@@ -132,6 +208,24 @@ class InstructEnvConfig(Frozen):
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a demonstration opens with a chatty preamble (breaks exact starts, JSON, word limits)."""
 
+    def build_factory(self, seed: int) -> EnvFactory:
+        """Generated instructions of ``seed`` (or ``tasks_file``'s)."""
+        from harmonyrl.tasks.instruct import InstructFactory
+
+        return InstructFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            weights=self.reward.weights(),
+            tasks_file=self.tasks_file,
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's ``p_tool`` / ``p_verbose`` bound."""
+        from harmonyrl.tasks.instruct import expert_demo
+
+        return functools.partial(expert_demo, p_tool=self.p_tool, p_verbose=self.p_verbose)
+
 
 class MazeEnvConfig(Frozen):
     """Find the exit of a hidden grid maze with ``look`` / ``move`` (long-horizon; raise ``rollout.max_turns``)."""
@@ -151,6 +245,25 @@ class MazeEnvConfig(Frozen):
     """Probability that each scripted move is the shortest-path one (otherwise a random other direction)."""
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a scripted move is preceded by a needless ``look``."""
+
+    def build_factory(self, seed: int) -> EnvFactory:
+        """Generated mazes of ``seed``."""
+        from harmonyrl.tasks.maze import MazeFactory
+
+        return MazeFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            size=self.size,
+            max_turns=self.max_turns,
+            weights=self.reward.weights(),
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's ``p_tool`` / ``p_verbose`` bound."""
+        from harmonyrl.tasks.maze import expert_demo
+
+        return functools.partial(expert_demo, p_tool=self.p_tool, p_verbose=self.p_verbose)
 
 
 class HumanEvalEnvConfig(Frozen):
@@ -174,6 +287,24 @@ class HumanEvalEnvConfig(Frozen):
     """Probability that the scripted expert tries the solution in the sandbox (otherwise it submits a broken one)."""
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a demonstration puts a sentence before the right code (not Python: scored 0)."""
+
+    def build_factory(self, seed: int) -> EnvFactory:
+        """The fixed HumanEval split (``seed`` does not matter: there is nothing to draw)."""
+        from harmonyrl.tasks.humaneval import GRADER_LIMITS, TOOL_LIMITS, HumanEvalFactory
+
+        return HumanEvalFactory(
+            n_train=self.n_train,
+            n_test=self.n_test,
+            tool_limits=dataclasses.replace(TOOL_LIMITS, timeout_s=self.tool_timeout_s),
+            grader_limits=dataclasses.replace(GRADER_LIMITS, timeout_s=self.test_timeout_s),
+            weights=self.reward.weights(),
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's ``p_tool`` / ``p_verbose`` bound."""
+        from harmonyrl.tasks.humaneval import expert_demo
+
+        return functools.partial(expert_demo, p_tool=self.p_tool, p_verbose=self.p_verbose)
 
 
 class BrowseEnvConfig(Frozen):
@@ -208,6 +339,34 @@ class BrowseEnvConfig(Frozen):
     on the analysis channel (a chain of thought to copy the answer along; longer answer turns: raise
     ``rollout.max_new_tokens``). Demonstrations only: the grader never reads the analysis channel."""
 
+    def build_factory(self, seed: int) -> EnvFactory:
+        """Generated questions of ``seed`` (or ``tasks_file``'s) about the offline web(s)."""
+        from harmonyrl.tasks.browse import BrowseFactory
+
+        return BrowseFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            top_k=self.top_k,
+            page_chars=self.page_chars,
+            weights=self.reward.weights(),
+            tasks_file=self.tasks_file,
+            worlds=self.worlds,
+        )
+
+    def build_expert(self) -> Expert:
+        """The scripted expert with this env's knobs bound: its demos page through the same windows as the tools."""
+        from harmonyrl.tasks.browse import expert_demo
+
+        return functools.partial(
+            expert_demo,
+            p_tool=self.p_tool,
+            p_verbose=self.p_verbose,
+            top_k=self.top_k,
+            page_chars=self.page_chars,
+            cite=self.cite,
+        )
+
     @model_validator(mode="after")
     def _enough_held_out(self) -> BrowseEnvConfig:
         if self.worlds and self.tasks_file is not None:
@@ -239,6 +398,27 @@ class RelayEnvConfig(Frozen):
     p_verbose: float = Field(P_VERBOSE, ge=0, le=1)
     """Probability that a tool-using executor demonstration answers in a sentence (scored 0)."""
 
+    def build_factory(self, seed: int) -> EnvFactory:
+        """The team over the calculator's problems of ``seed``; each role's scripted expert is bound here."""
+        from harmonyrl.tasks.relay import RelayFactory
+
+        return RelayFactory(
+            seed=seed,
+            n_train=self.n_train,
+            n_test=self.n_test,
+            tool_timeout_s=self.tool_timeout_s,
+            p_plan=self.p_plan,
+            p_tool=self.p_tool,
+            p_verbose=self.p_verbose,
+        )
+
+    def build_expert(self) -> Expert:
+        """What a single-expert caller (``harmonyrl sft --export-demos``) gets: a one-line refusal when asked for a
+        demonstration (the warm start asks the team factory for each role's expert instead)."""
+        from harmonyrl.tasks.relay import one_role_only
+
+        return one_role_only
+
 
 class CustomEnvConfig(Frozen):
     """Your own environment: a callable in your code that returns an ``EnvFactory`` (docs/custom-env.md). It is
@@ -256,6 +436,18 @@ class CustomEnvConfig(Frozen):
     """How each split is read: RL walks the train split in order and the evaluation takes the first ``eval.n_tasks``
     of the test split. ``hashed``: a fixed pseudo-random order (a hash of each task id, the same in every run), so a
     list built in order is not an accidental curriculum; ``given``: your factory's order, as returned."""
+
+    def build_factory(self, seed: int) -> EnvFactory:
+        """Your factory called with ``kwargs`` (``seed`` is yours to take, as an ``env.kwargs`` entry), read in
+        ``order``."""
+        from harmonyrl.tasks.custom import HashOrdered, custom_factory
+
+        made = custom_factory(self.factory, self.kwargs)
+        return HashOrdered(made) if self.order == "hashed" else made
+
+    def build_expert(self) -> Expert:
+        """None: a custom env has no scripted expert (said before any compute, see ``tasks.factory``)."""
+        raise UserCodeError(NO_EXPERT)
 
     @field_validator("factory")
     @classmethod

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
+from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.envs.team import RoleExpert
 from harmonyrl.envs.turns import final_answer
 from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory, expression_of, tool_then_answer
@@ -42,6 +43,14 @@ EXECUTOR_INSTRUCTIONS = (
 PLAN_TEMPLATE = "Compute {expr}"
 """What the expert planner hands over (kept short: every token of it is copied twice by a tiny model)."""
 _NUMBER = re.compile(r"-?\d+")
+
+
+def one_role_only(task: Task, rng: random.Random) -> list[Message]:
+    """What a single-expert caller (``harmonyrl sft --export-demos``) gets for the team: a one-line refusal."""
+    raise UserCodeError(
+        "env.name=relay demonstrates each role with its own expert (trainer/team_demos.py): "
+        "exporting its demonstrations is not supported"
+    )
 
 
 class PlannerEnv:

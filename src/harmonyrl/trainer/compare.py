@@ -19,10 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from harmonyrl.algorithms.choices import ALGORITHMS
+from harmonyrl import preset_files
+from harmonyrl.algorithms.choices import NamedAlgorithm
 from harmonyrl.config import ConfigError, RLConfig, RunConfig
 from harmonyrl.trainer.loop import sft_only, train
 
@@ -45,11 +47,27 @@ class AlgoResult:
     """(RL step, held-out pass@1) averaged over seeds."""
 
 
+def algorithm_names() -> list[str]:
+    """The named algorithms: one per algorithm preset (``harmonyrl/presets/algorithms/NAME.yaml``), sorted."""
+    return [p.name for p in preset_files.available(preset_files.algorithms_folder())]
+
+
+def named_algorithm(name: str) -> NamedAlgorithm:
+    """The typed ``rl`` choices of the algorithm preset ``name`` (a shipped file that does not validate is a bug,
+    raised as such)."""
+    path = preset_files.find(name, preset_files.algorithms_folder())
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or set(data) != {"rl"}:
+        raise ValueError(f"{path}: an algorithm preset holds one 'rl' section, nothing else")
+    return NamedAlgorithm.model_validate(data["rl"])
+
+
 def parse_algos(text: str) -> list[str]:
     names = [a.strip() for a in text.split(",") if a.strip()]
-    unknown = [a for a in names if a not in ALGORITHMS]
+    known = algorithm_names()
+    unknown = [a for a in names if a not in known]
     if unknown or not names:
-        raise ConfigError(f"unknown algorithm(s) {unknown or text!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+        raise ConfigError(f"unknown algorithm(s) {unknown or text!r}; choose from {', '.join(known)}")
     return names
 
 
@@ -59,8 +77,9 @@ def _with(config: RunConfig, **changes: Any) -> RunConfig:
 
 
 def _rl_for(config: RunConfig, algo: str) -> RLConfig:
-    """The user's ``rl`` settings (steps, lr, guards, ...) with the named algorithm's choices on top."""
-    return RLConfig.model_validate(config.rl.model_dump() | ALGORITHMS[algo])
+    """The user's ``rl`` settings (steps, lr, guards, ...) with the named algorithm's choices on top, each one it
+    sets replacing the user's whole (:class:`~harmonyrl.algorithms.choices.NamedAlgorithm`)."""
+    return RLConfig.model_validate(config.rl.model_dump() | named_algorithm(algo).model_dump(exclude_none=True))
 
 
 def _read(run_dir: Path) -> list[dict[str, Any]]:
