@@ -145,6 +145,8 @@ BENCHMARKS: tuple[Bench, ...] = (
           ("code_final", "rm_final"), why_not="needs a warm start and a reward model (--warm, --rm; docs/rewards.md)"),
     Bench("sweep_presets", "sweep_presets.py", "a sweep's winner re-run on other seeds", "docs/sweeps.md", None, None,
           ("confirm_best", "confirm_default"), why_not="needs a finished sweep study (--study; docs/sweeps.md)"),
+    Bench("copy_probe", "copy_probe.py", "does a checkpoint copy numbers (teacher-forced probe)", "README.md", None,
+          None, (), why_not="needs a checkpoint to probe (CHECKPOINT argument)"),
 )
 # fmt: on
 """Every documented benchmark, in the order a full regeneration runs them."""
