@@ -3,8 +3,10 @@
     python benchmarks/learning.py [--seeds 3] [--tokenizer o200k_harmony] [key=value ...]
 
 "Success" is held-out pass@1 sampled at the evaluation temperature (the policy as it acts); greedy success
-is printed beside it. Last line:
-``RESULT seeds=N mean_before=… mean_after=… mean_minutes=… mean_greedy_before=… mean_greedy_after=…``.
+is printed beside it. Over the seeds (:func:`harmonyrl.telemetry.stats.over_seeds`): the mean gain and its standard
+error, for pass@1 and for greedy, and whether the gain counts as learned (> +10 points and > 2 SE). Last line:
+``RESULT seeds=N mean_before=… mean_after=… mean_minutes=… mean_greedy_before=… mean_greedy_after=… gain=…
+gain_se=… greedy_gain=… greedy_gain_se=… learned=true|false``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harmonyrl.config import load_config
+from harmonyrl.telemetry.stats import learned, over_seeds
 from harmonyrl.trainer.loop import train
 
 
@@ -47,9 +50,12 @@ def main() -> None:
         table.add_row(str(seed), f"{b:.1%}", f"{a:.1%}", gain, f"{gb:.1%}", f"{ga:.1%}", ggain, f"{m:.1f}")
     console.print(table)
     mb, ma, mm, mgb, mga = (sum(row[i] for row in rows) / len(rows) for i in (1, 2, 3, 4, 5))
+    gain = over_seeds({row[0]: row[2] - row[1] for row in rows})
+    greedy = over_seeds({row[0]: row[5] - row[4] for row in rows})
     print(
         f"RESULT seeds={len(rows)} mean_before={mb:.3f} mean_after={ma:.3f} mean_minutes={mm:.2f} "
-        f"mean_greedy_before={mgb:.3f} mean_greedy_after={mga:.3f}"
+        f"mean_greedy_before={mgb:.3f} mean_greedy_after={mga:.3f} gain={gain.mean:.3f} gain_se={gain.se:.3f} "
+        f"greedy_gain={greedy.mean:.3f} greedy_gain_se={greedy.se:.3f} learned={str(learned(gain)).lower()}"
     )
 
 

@@ -88,7 +88,8 @@ class Bench:
 # fmt: off
 BENCHMARKS: tuple[Bench, ...] = (
     Bench("learning", "learning.py", "default train, 3 seeds: held-out pass@1 and greedy before → after", "README.md",
-          (), ("--seeds", "1", *TINY_RUN), ("mean_before", "mean_after", "mean_greedy_after")),
+          (), ("--seeds", "1", *TINY_RUN),
+          ("mean_before", "mean_after", "gain", "gain_se", "mean_greedy_after", "learned")),
     Bench("envs", "envs.py", "every built-in env from its preset: test gain, greedy, learned by the 2-SE rule",
           "docs/envs.md", (), ("--quick",), ("learned",)),
     Bench("vs_trl", "vs_trl.py", "harmonyrl vs TRL GRPOTrainer: interpolated time to target, per-step ratio",
