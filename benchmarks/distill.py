@@ -1,0 +1,267 @@
+"""On-policy distillation against RL alone and SFT on the teacher's samples: a small student, a larger teacher
+trained here, equal student steps, over seeds.
+
+    python benchmarks/distill.py [--seeds 0,1,2] [--steps 12] [--every 4] [--teacher CKPT] [--out DIR]
+                                 [--quick] [key=value ...]
+
+**Teacher.** A wider and deeper preset (``--teacher-preset``, default ``micro``) trained here on the calculator:
+``harmonyrl train`` with ``--teacher-sft`` SFT steps and ``--teacher-rl`` RL steps (or ``--teacher CKPT``, a
+checkpoint made before). Its held-out success is measured per seed on the same held-out tasks, samples and
+seeds as the students'.
+
+**Student.** ``--student-preset`` (default ``nano``: the default budget must run in ~10 minutes on two shared
+cores; ``--student-preset micro --teacher-preset small`` is the issue's pairing at a larger budget). For each seed
+one warm start (``--student-sft`` SFT steps on the scripted expert), then three arms from it, each ``--steps``
+student updates of ``rollout.tasks_per_step × rollout.group_size`` episodes:
+
+* ``rl``: RL on the env's reward (the default GRPO update);
+* ``distill``: the same run with ``rl.distill.teacher`` (the env's reward kept, ``rl.distill.weight``): every
+  sampled token scored by the teacher, the per-token reverse KL an advantage term;
+* ``sft``: supervised steps on the teacher's own successful episodes of the same number of train tasks
+  (``steps × tasks_per_step`` tasks, ``group_size`` samples each at T = 1, failures dropped: rejection-sampled
+  distillation), batches of the same ``tasks_per_step × group_size`` episodes, the RL learning rate and optimizer;
+  cross-entropy on the teacher's sampled tokens only.
+
+**Measured.** Held-out pass@1 (``eval.n_tasks`` tasks × ``eval.samples_per_task`` samples at T = 1) before,
+every ``--every`` steps and at the end; student minutes: the wall time of the student's steps (rollouts and
+updates, with the teacher's scoring pass for ``distill``; the teacher's sampling and the SFT steps for ``sft``),
+evaluations excluded. Steps (and minutes) to reach ``--fraction`` of the teacher's held-out success: the first
+evaluation at or above it (``inf`` if none). Arms alternate their order with the seed (the machine's load drifts).
+
+**Reported.** A table per seed and arm, and ``RESULT teacher=… rl=… sft=… distill=… rl_min=… sft_min=…
+distill_min=… distill_vs_rl_pp=… distill_vs_sft_pp=… fraction=… rl_steps_to=… sft_steps_to=… distill_steps_to=…
+seeds=…``: held-out pass@1 means over seeds with ``_se`` standard errors (:func:`harmonyrl.telemetry.stats.mean_se`);
+the ``_vs_`` gaps in points, paired by seed; ``*_steps_to``: mean over seeds of the steps to ``fraction`` × the
+teacher's success (``inf`` when a seed never got there). ``--quick``: one seed, 2 steps, tiny sizes (a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from harmonyrl.config import RunConfig, load_config
+from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.rollout.scheduler import group_requests
+from harmonyrl.rollout.team import run_rollouts
+from harmonyrl.telemetry.metrics import read_metrics
+from harmonyrl.telemetry.stats import mean_se
+from harmonyrl.trainer.batch import collate, score
+from harmonyrl.trainer.checkpoint import save_checkpoint
+from harmonyrl.trainer.loop import eval_only, sft_only, train
+from harmonyrl.trainer.setup import load_for, make_engine, make_factory, make_model, setup_process
+from harmonyrl.types import SamplingParams, Trajectory
+
+ARMS = ("rl", "sft", "distill")
+BUDGET = ["rollout.tasks_per_step=4", "rollout.group_size=8", "eval.n_tasks=50", "eval.samples_per_task=2"]
+"""The default sizes (a key=value argument replaces any of them): ~10 minutes on two shared cores."""
+QUICK = ["rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=24", "eval.n_tasks=4",
+         "eval.samples_per_task=1", "env.n_train=64", "env.n_test=8"]  # fmt: skip
+
+
+@dataclass
+class Arm:
+    """One arm of one seed: its held-out curve ``[(step, pass@1)]`` and its student seconds per step."""
+
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+
+    @property
+    def final(self) -> float:
+        return self.curve[-1][1]
+
+    @property
+    def minutes(self) -> float:
+        return sum(self.step_s) / 60
+
+    def steps_to(self, target: float) -> float:
+        """The first evaluated step whose pass@1 reaches ``target`` (0: already at the start; inf: never)."""
+        return next((float(s) for s, v in self.curve if v >= target), math.inf)
+
+
+def main() -> None:
+    args = _parse()
+    console = Console()
+    out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-distill-"))
+    common = [*BUDGET, *(QUICK if args.quick else []), f"eval.every={args.every}", "threads=1", *args.overrides]
+    teacher = args.teacher or _train_teacher(args, common, out, console)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results: dict[int, dict[str, Arm]] = {}
+    teacher_success: dict[int, float] = {}
+    for i, seed in enumerate(seeds):
+        console.rule(f"seed {seed}")
+        base = [*common, f"seed={seed}", f"output_dir={out / f'seed{seed}'}"]
+        teacher_success[seed] = asyncio.run(_evaluate(load_config(None, [*base, *_preset(teacher)]), teacher))
+        warm_cfg = [*base, f"model.preset={args.student_preset}", f"sft.steps={args.student_sft}", "run_name=warm"]
+        warm = asyncio.run(sft_only(load_config(None, warm_cfg), console))
+        student = [*base, f"model.preset={args.student_preset}", f"model.init_from={warm}", "sft.steps=0",
+                   f"rl.steps={args.steps}"]  # fmt: skip
+        order = ARMS if i % 2 == 0 else tuple(reversed(ARMS))
+        results[seed] = {arm: _run_arm(arm, student, teacher, args, console) for arm in order}
+    _report(results, teacher_success, args, console, out)
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--steps", type=int, default=12, help="student updates per arm")
+    p.add_argument("--every", type=int, default=4, help="held-out evaluation every N student steps")
+    p.add_argument("--student-preset", default="nano")
+    p.add_argument("--student-sft", type=int, default=150, help="SFT steps of each seed's student warm start")
+    p.add_argument("--teacher-preset", default="micro")
+    p.add_argument("--teacher-sft", type=int, default=400)
+    p.add_argument("--teacher-rl", type=int, default=10)
+    p.add_argument("--teacher", type=Path, default=None, help="a teacher checkpoint made before (skips training)")
+    p.add_argument("--weight", type=float, default=1.0, help="rl.distill.weight")
+    p.add_argument("--fraction", type=float, default=0.5, help="of the teacher's held-out success")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    if args.quick:
+        args.seeds, args.steps, args.every, args.student_sft, args.teacher_sft, args.teacher_rl = "0", 2, 1, 3, 3, 1
+    return args
+
+
+def _preset(checkpoint: Path) -> list[str]:
+    return [f"model.init_from={checkpoint}", "sft.steps=0"]
+
+
+def _train_teacher(args: argparse.Namespace, common: list[str], out: Path, console: Console) -> Path:
+    console.rule(f"teacher: {args.teacher_preset}, {args.teacher_sft} SFT + {args.teacher_rl} RL steps")
+    sizes = [f"model.preset={args.teacher_preset}", f"sft.steps={args.teacher_sft}", f"rl.steps={args.teacher_rl}"]
+    cfg = load_config(None, [*common, *sizes, "eval.every=0", f"output_dir={out}", "run_name=teacher"])
+    result = asyncio.run(train(cfg, console))
+    return result.run_dir / "checkpoints" / "final"
+
+
+async def _evaluate(cfg: RunConfig, checkpoint: Path) -> float:
+    return (await eval_only(cfg, checkpoint, Console(quiet=True)))["eval/success"]
+
+
+def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespace, console: Console) -> Arm:
+    console.print(f"[bold]{arm}[/]")
+    if arm == "sft":
+        return asyncio.run(_sft_arm(load_config(None, [*student, "run_name=sft"]), teacher, args.steps, args.every))
+    extra = [f"rl.distill.teacher={teacher}", f"rl.distill.weight={args.weight}"] if arm == "distill" else []
+    result = asyncio.run(train(load_config(None, [*student, *extra, f"run_name={arm}"]), Console(quiet=True)))
+    rows = read_metrics(result.run_dir / "metrics.jsonl")
+    # the evaluations before and after RL have rows of their own; a periodic one is on its step's RL row
+    curve = [(int(str(r["step"])), float(str(r["eval/success"]))) for r in rows if "eval/success" in r]
+    seconds = [float(str(r["time/step_s"])) for r in rows if r["phase"] == "rl"]
+    return Arm(_deduplicated(curve), seconds)
+
+
+def _deduplicated(curve: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """One point per step (the last evaluation runs at the last step, as a periodic one may have)."""
+    return sorted(dict(curve).items())
+
+
+async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int) -> Arm:
+    """SFT of the warm-started student on the teacher's successful samples (see the module docstring)."""
+    setup_process(cfg.seed, cfg.threads)
+    start = time.monotonic()
+    samples = await _teacher_samples(cfg, teacher, steps)
+    sampling_s = time.monotonic() - start
+    assert cfg.model.init_from is not None
+    arm = Arm([(0, await _evaluate(cfg, cfg.model.init_from))], [sampling_s])
+    if not samples:  # the teacher solved none: nothing to imitate, the student stays where it started
+        arm.curve.append((steps, arm.curve[0][1]))
+        return arm
+    tok = load_codec(cfg.model.tokenizer)
+    model = make_model(cfg, tok)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.rl.lr,
+                                  weight_decay=0.0, betas=(0.9, 0.99))  # fmt: skip
+    rng, pool = random.Random(cfg.seed), []
+    size = cfg.rollout.episodes_per_step
+    folder = cfg.output_dir / str(cfg.run_name)
+    for step in range(1, steps + 1):
+        t0 = time.monotonic()
+        while len(pool) < size:  # seeded epochs over the samples
+            epoch = list(samples)
+            rng.shuffle(epoch)
+            pool.extend(epoch)
+        batch, pool = collate(pool[:size], tok.special.endoftext), pool[size:]
+        scored = score(model, batch.input_ids, batch.attention_mask, needed=batch.loss_mask)
+        loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.rl.max_grad_norm)
+        optimizer.step()
+        arm.step_s.append(time.monotonic() - t0)
+        if step % every == 0 or step == steps:
+            saved = save_checkpoint(folder / f"step{step}", model, None, step, {})
+            arm.curve.append((step, await _evaluate(cfg, saved)))
+    return arm
+
+
+async def _teacher_samples(cfg: RunConfig, teacher: Path, steps: int) -> list[Trajectory]:
+    """The teacher's successful episodes of ``steps × tasks_per_step`` train tasks, ``group_size`` each, at T=1."""
+    tok = load_codec(cfg.model.tokenizer)
+    factory = make_factory(cfg)
+    tcfg = load_config(None, [f"model.init_from={teacher}", "sft.steps=0", f"seed={cfg.seed}", "threads=1"])
+    engine, limits = await make_engine(tcfg, load_for(teacher, tok, cfg.rollout.max_seq_len), None)
+    tasks = factory.tasks("train")[: steps * cfg.rollout.tasks_per_step]
+    stops = (tok.special.call, tok.special.return_)
+    params = SamplingParams(temperature=cfg.rollout.temperature, stop_ids=stops)
+    result = await run_rollouts(engine, factory, tok, group_requests(tasks, cfg.rollout.group_size, cfg.seed),
+                                params, limits, 64)  # fmt: skip
+    await engine.close()
+    return [t for t in result.trajectories if t.failure is None and t.success]
+
+
+def _report(
+    results: dict[int, dict[str, Arm]], teacher: dict[int, float], args: argparse.Namespace, console: Console, out: Path
+) -> None:
+    seeds = sorted(results)
+    table = Table(title=f"distillation: {args.steps} student steps, student {args.student_preset}, "
+                        f"teacher {args.teacher_preset}")  # fmt: skip
+    for col in ("seed", "arm", "pass@1 curve (step: value)", "final", "student min", f"steps to {args.fraction:g}×T"):
+        table.add_column(col, justify="right")
+    for seed in seeds:
+        target = args.fraction * teacher[seed]
+        for arm in ARMS:
+            a = results[seed][arm]
+            curve = " ".join(f"{s}:{v:.2f}" for s, v in a.curve)
+            table.add_row(str(seed), arm, curve, f"{a.final:.3f}", f"{a.minutes:.2f}", f"{a.steps_to(target):g}")
+        table.add_row(str(seed), "teacher", "", f"{teacher[seed]:.3f}", "", "")
+    console.print(table)
+    summary: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "teacher": teacher,
+                               "arms": {s: {a: vars(results[s][a]) for a in ARMS} for s in seeds}}  # fmt: skip
+    (out / "distill.json").write_text(json.dumps(summary, indent=1, default=str))
+    fields = [_est("teacher", [teacher[s] for s in seeds])]
+    fields += [_est(arm, [results[s][arm].final for s in seeds]) for arm in ARMS]
+    fields += [f"{arm}_min={statistics.fmean(results[s][arm].minutes for s in seeds):.2f}" for arm in ARMS]
+    for other in ("rl", "sft"):
+        gaps = [100 * (results[s]["distill"].final - results[s][other].final) for s in seeds]
+        fields.append(_est(f"distill_vs_{other}_pp", gaps, digits=1))
+    fields.append(f"fraction={args.fraction:g}")
+    for arm in ARMS:
+        reach = [results[s][arm].steps_to(args.fraction * teacher[s]) for s in seeds]
+        fields.append(f"{arm}_steps_to={statistics.fmean(reach):g}")
+    fields.append(f"seeds={','.join(map(str, seeds))}")
+    print(f"details: {out / 'distill.json'}")
+    print("RESULT " + " ".join(fields))
+
+
+def _est(name: str, values: list[float], digits: int = 3) -> str:
+    e = mean_se(values)
+    se = "nan" if math.isnan(e.se) else f"{e.se:.{digits}f}"
+    return f"{name}={e.mean:.{digits}f} {name}_se={se}"
+
+
+if __name__ == "__main__":
+    main()
