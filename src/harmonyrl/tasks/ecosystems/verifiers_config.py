@@ -1,0 +1,74 @@
+"""The ``env`` config of ``env.name=verifiers`` (docs/verifiers.md): which installed verifiers taskset, its
+config, and how its tasks are read. Reading it imports no environment; the taskset itself is loaded (and checked)
+when the factory is built, before any compute."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator
+
+from harmonyrl.envs.loader import UserCodeError
+from harmonyrl.frozen import Frozen
+from harmonyrl.tasks.ecosystems.packages import require, version_of
+
+if TYPE_CHECKING:
+    from harmonyrl.tasks.custom import Expert
+    from harmonyrl.tasks.ecosystems.verifiers import VerifiersFactory
+
+DISTRIBUTION = "verifiers"
+KwargValue = bool | int | float | str | None | list[bool | int | float | str] | dict[str, Any]
+"""A value of ``env.kwargs.<field>``: a YAML scalar, list, or mapping (a nested config such as ``task``)."""
+NO_EXPERT = (
+    "env.name=verifiers has no scripted expert (a verifiers taskset ships no demonstrations): give "
+    "sft.expert=module:fn (examples/verifiers_envs/experts.py has two), sft.demos=FILE, or sft.steps=0"
+)
+
+
+class VerifiersEnvConfig(Frozen):
+    """An installed verifiers v1 environment, harmonyrl playing its ``null`` harness (docs/verifiers.md; needs
+    ``pip install 'harmonyrl[verifiers]'``)."""
+
+    name: Literal["verifiers"] = "verifiers"
+    id: str = Field(min_length=1)
+    """The installed taskset module (the package exporting a ``vf.Taskset``), e.g. ``vf_calc``."""
+    kwargs: dict[str, KwargValue] = Field(default_factory=dict)
+    """The taskset's config (its ``TasksetConfig`` fields): ``env.kwargs.num_tasks=500``."""
+    max_tasks: int = Field(100_000, ge=1)
+    """Tasks read from the taskset (an infinite one is read this far)."""
+    heldout: Literal["validation", "test"] = "test"
+    """The split the run's held-out evaluations read: ``validation`` while choosing settings, ``test`` once."""
+    tool_timeout_s: float = Field(10.0, gt=0)
+    """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
+    memory: bool = False
+    """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
+    package_version: str = Field(default_factory=lambda: version_of(DISTRIBUTION))
+    """The verifiers version the run was made with (recorded; another installed version is an error)."""
+
+    def build_factory(self, seed: int) -> VerifiersFactory:
+        """The taskset's tasks (a verifiers taskset draws its own: ``seed`` is its ``env.kwargs.seed`` where it has
+        one)."""
+        from harmonyrl.tasks.ecosystems.verifiers import VerifiersFactory
+
+        return VerifiersFactory(
+            env_id=self.id,
+            kwargs=self.kwargs,
+            max_tasks=self.max_tasks,
+            heldout=self.heldout,
+            tool_timeout_s=self.tool_timeout_s,
+        )
+
+    def build_expert(self) -> Expert:
+        """None: the one-line error that a verifiers env has no scripted expert."""
+        raise UserCodeError(NO_EXPERT)
+
+    @field_validator("package_version")
+    @classmethod
+    def _same_version(cls, recorded: str) -> str:
+        installed = version_of(DISTRIBUTION)
+        if installed == "not installed":
+            require("verifiers.v1", DISTRIBUTION, "verifiers")
+        if recorded != installed:
+            raise ValueError(f"env.package_version: this run was made with verifiers {recorded}, but {installed} "
+                             "is installed")  # fmt: skip
+        return recorded
