@@ -14,7 +14,7 @@ from benchmark_module import load_benchmark
 from harmonyrl.config import load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.harmony.render import render_completion
-from harmonyrl.tasks.config import EnvConfig
+from harmonyrl.tasks.config import EXTERNAL_ENVS, EnvConfig
 from harmonyrl.tasks.factory import expert_for, make_factory
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "envs.py"
@@ -39,7 +39,8 @@ def fake_run(
 
 def test_every_built_in_env_has_a_preset_for_itself() -> None:
     names = {member.model_fields["name"].default for member in EnvConfig.__args__[0].__args__}  # type: ignore[attr-defined]
-    assert set(bench.ENVS) == names - {"custom", "relay"}  # relay, a team env: benchmarks/multiagent.py
+    # relay, a team env: benchmarks/multiagent.py; the external ecosystems: benchmarks/external.py
+    assert set(bench.ENVS) == names - {"custom", "relay", *EXTERNAL_ENVS}
     for env in bench.ENVS:
         assert load_config(bench.PRESETS / f"{env}.yaml", []).env.name == env
 

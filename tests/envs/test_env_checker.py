@@ -67,10 +67,11 @@ def _builtin_env_configs() -> list[object]:
     from pathlib import Path
     from typing import get_args
 
-    from harmonyrl.tasks.config import CustomEnvConfig, EnvConfig
+    from harmonyrl.tasks.config import EXTERNAL_ENVS, CustomEnvConfig, EnvConfig
 
     example = CustomEnvConfig(factory=f"{Path(__file__).parents[2] / 'examples' / 'unit_env.py'}:UnitFactory")
-    return [example if cls is CustomEnvConfig else cls() for cls in get_args(get_args(EnvConfig)[0])]
+    members = [c for c in get_args(get_args(EnvConfig)[0]) if c.model_fields["name"].default not in EXTERNAL_ENVS]
+    return [example if cls is CustomEnvConfig else cls() for cls in members]  # external: tests/tasks/ecosystems/
 
 
 @pytest.mark.parametrize("env_cfg", _builtin_env_configs(), ids=lambda c: c.name)  # type: ignore[attr-defined]

@@ -9,13 +9,13 @@ import typing
 import pytest
 
 from harmonyrl.config import load_config
-from harmonyrl.tasks.config import EnvConfig, RelayEnvConfig
+from harmonyrl.tasks.config import EXTERNAL_ENVS, EnvConfig, RelayEnvConfig
 from harmonyrl.tasks.factory import expert_for, make_factory
 
 BUILT_IN = [
     member.model_fields["name"].default
     for member in typing.get_args(typing.get_args(EnvConfig)[0])
-    if member.model_fields["name"].default != "custom"
+    if member.model_fields["name"].default not in ("custom", *EXTERNAL_ENVS)  # those: tests/tasks/ecosystems/
 ]
 
 

@@ -24,6 +24,8 @@ from pydantic_core import PydanticCustomError
 from harmonyrl.envs.loader import TargetError, UserCodeError, resolve_target
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.frozen import Frozen
+from harmonyrl.tasks.ecosystems.reasoning_gym_config import ReasoningGymEnvConfig
+from harmonyrl.tasks.ecosystems.verifiers_config import VerifiersEnvConfig
 
 if TYPE_CHECKING:
     from harmonyrl.envs.base import EnvFactory
@@ -474,6 +476,13 @@ EnvConfig = Annotated[
     | HumanEvalEnvConfig
     | BrowseEnvConfig
     | RelayEnvConfig
+    | ReasoningGymEnvConfig
+    | VerifiersEnvConfig
     | CustomEnvConfig,
     Field(discriminator="name"),
 ]
+
+EXTERNAL_ENVS = ("reasoning_gym", "verifiers")
+"""The envs that run another package's environments (:mod:`harmonyrl.tasks.ecosystems`, an optional extra each;
+docs/reasoning-gym.md, docs/verifiers.md): tested by tests/tasks/ecosystems/ and measured by benchmarks/external.py,
+not by the built-in envs' per-env tests and presets."""

@@ -28,7 +28,7 @@ rg = pytest.importorskip(
 
 
 def small(*tasks: str, **kw: object) -> ReasoningGymFactory:
-    return ReasoningGymFactory(list(tasks), seed=0, n_train=40, n_validation=10, n_test=10, **kw)  # type: ignore[arg-type]
+    return ReasoningGymFactory(list(tasks), seed=0, n_train=40, n_val=10, n_test=10, **kw)  # type: ignore[arg-type]
 
 
 def answer(factory: ReasoningGymFactory, task: Task, text: str) -> StepResult:
@@ -49,7 +49,7 @@ def test_the_splits_are_disjoint_deterministic_and_sized() -> None:
     assert not prompts["validation"] & prompts["test"]
     assert f.tasks("test") == again.tasks("test") and f.tasks("train") == again.tasks("train")
     assert {f.entry(t)[0] for t in f.tasks("train")} == {"chain_sum", "word_sequence_reversal"}
-    other_seed = ReasoningGymFactory(["chain_sum"], seed=1, n_train=40, n_validation=10, n_test=10)
+    other_seed = ReasoningGymFactory(["chain_sum"], seed=1, n_train=40, n_val=10, n_test=10)
     assert {t.prompt for t in other_seed.tasks("train")} != {t.prompt for t in small("chain_sum").tasks("train")}
 
 
@@ -59,7 +59,7 @@ def test_heldout_validation_serves_validation_as_the_evaluated_split() -> None:
 
 
 def test_weights_set_the_mix() -> None:
-    f = ReasoningGymFactory(["chain_sum", "spell_backward"], [9, 1], seed=0, n_train=200, n_validation=0, n_test=1)
+    f = ReasoningGymFactory(["chain_sum", "spell_backward"], [9, 1], seed=0, n_train=200, n_val=0, n_test=1)
     counts = [sum(f.entry(t)[0] == name for t in f.tasks("train")) for name in ("chain_sum", "spell_backward")]
     assert counts[0] > 5 * counts[1] > 0
 

@@ -86,7 +86,7 @@ class ReasoningGymFactory:
         config: Mapping[str, Mapping[str, Knob]] | None = None,
         seed: int = 0,
         n_train: int = 2000,
-        n_validation: int = 200,
+        n_val: int = 200,
         n_test: int = 200,
         levels: tuple[int, int] | None = None,
         max_answer_chars: int | None = None,
@@ -95,7 +95,7 @@ class ReasoningGymFactory:
         check_task_names(tasks)
         self.seed, self.max_answer_chars, self.heldout = seed, max_answer_chars, heldout
         knobs = dict(config or {})
-        want: dict[Split, int] = {"train": n_train, "validation": n_validation, "test": n_test}
+        want: dict[Split, int] = {"train": n_train, "validation": n_val, "test": n_test}
         budget = 100 * sum(want.values()) + 1000
         draws: dict[tuple[str, int | None], _Draw] = {}
         out: dict[Split, list[Task]] = {"train": [], "validation": [], "test": []}
@@ -234,7 +234,7 @@ def custom_factory(
     tasks: str,
     seed: int = 0,
     n_train: int = 2000,
-    n_validation: int = 200,
+    n_val: int = 200,
     n_test: int = 200,
     heldout: Literal["validation", "test"] = "test",
     **knobs: Knob,
@@ -248,4 +248,4 @@ def custom_factory(
         if not sep:
             raise UserCodeError(f"env.kwargs.{key}: expected <task>__<knob>")
         config.setdefault(task, {})[knob] = value
-    return ReasoningGymFactory(names, None, config, seed, n_train, n_validation, n_test, heldout=heldout)
+    return ReasoningGymFactory(names, None, config, seed, n_train, n_val, n_test, heldout=heldout)

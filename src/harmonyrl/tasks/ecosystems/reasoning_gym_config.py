@@ -44,7 +44,7 @@ class ReasoningGymEnvConfig(Frozen):
     """Knobs of each task's reasoning-gym config: ``env.config.chain_sum.max_terms=3``."""
     n_train: int = Field(2000, ge=1)
     """Training questions drawn."""
-    n_validation: int = Field(200, ge=0)
+    n_val: int = Field(200, ge=0)
     """Validation questions drawn (for choosing settings; disjoint from train and test)."""
     n_test: int = Field(200, ge=1)
     """Held-out test questions drawn (reported once)."""
@@ -76,7 +76,7 @@ class ReasoningGymEnvConfig(Frozen):
             config=self.config,
             seed=seed,
             n_train=self.n_train,
-            n_validation=self.n_validation,
+            n_val=self.n_val,
             n_test=self.n_test,
             levels=self.levels,
             max_answer_chars=self.max_answer_chars,
