@@ -15,7 +15,7 @@ the README's table between ``<!-- results:begin -->`` and ``<!-- results:end -->
 (``--docs`` and ``--readme`` point elsewhere, e.g. in a test). Resumable: a benchmark already recorded ``ok`` at the
 same budget is kept (``--redo`` runs it again), so an interrupted regeneration continues where it stopped, and a
 ``full`` measurement is never replaced by a ``tiny`` smoke run; each run's full output is in ``--logs``
-(``runs/results/<name>.<budget>.log``).
+(``runs/results/<name>.<budget>.log``). ``--render`` runs nothing and rewrites the documents from results.json.
 """
 
 from __future__ import annotations
@@ -231,7 +231,8 @@ class LoadSampler:
 
     def summary(self) -> dict[str, float]:
         s = self.samples
-        return {"min": min(s), "max": max(s), "mean": round(sum(s) / len(s), 2), "samples": float(len(s))}
+        return {"min": round(min(s), 2), "max": round(max(s), 2), "mean": round(sum(s) / len(s), 2),
+                "samples": float(len(s))}  # fmt: skip
 
 
 def run_one(bench: Bench, budget: str, logs: Path, timeout_min: float) -> dict[str, object]:
@@ -283,7 +284,7 @@ def _load(rec: dict[str, object]) -> str:
     before = rec.get("load_before")
     if not isinstance(during, dict) or not isinstance(before, list):
         return "—"
-    return f"{before[0]:g} / {during['min']:g}–{during['max']:g}"
+    return f"{before[0]:.2f} / {during['min']:.2f}–{during['max']:.2f}"
 
 
 def markdown(data: dict[str, object]) -> str:
@@ -381,6 +382,7 @@ def main() -> None:
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="README whose table is rewritten")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     parser.add_argument("--logs", type=Path, default=ROOT / "runs" / "results")
+    parser.add_argument("--render", action="store_true", help="run nothing: rewrite the documents from results.json")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     known = {b.name for b in BENCHMARKS}
@@ -390,9 +392,9 @@ def main() -> None:
     data: dict[str, object] = json.loads(path.read_text()) if path.is_file() else {}
     runs = data.setdefault("runs", {})
     assert isinstance(runs, dict)
-    data["machine"] = machine()
+    data["machine"] = data.get("machine") if args.render and "machine" in data else machine()
     readme = None if args.no_readme else args.readme
-    for bench in BENCHMARKS:
+    for bench in () if args.render else BENCHMARKS:
         if names and bench.name not in names:
             continue
         old = runs.get(bench.name)
