@@ -7,13 +7,15 @@ with left padding and ``do_sample=True``; (b) ``LocalEngine`` as ``harmonyrl tra
 (c) the same engine with its eager torch decode step (``rollout.engine.kernel=torch``), to show what the compiled step
 adds. All are warmed up, then timed 7 times in alternation; the medians are compared (the host's speed drifts by
 1.5x within minutes, so fewer rounds let one slow round decide).
-Last line: ``RESULT engine_vs_hf=<(b)/(a)> kernel=<native|torch> torch_kernel_vs_hf=<(c)/(a)>``.
+Last line: ``RESULT engine_vs_hf=<(b)/(a)> kernel=<native|torch> torch_kernel_vs_hf=<(c)/(a)>``. ``--quick``: 8 prompts
+× 16 tokens, 3 rounds (a smoke test).
 
 Run: ``python benchmarks/engine.py``
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -88,6 +90,11 @@ def measure(runs: dict[str, Callable[[], int]]) -> dict[str, tuple[int, float]]:
 
 
 def main() -> None:
+    global NUM_PROMPTS, NEW_TOKENS, REPEATS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="8 prompts x 16 tokens, 3 rounds: a smoke test")
+    if parser.parse_args().quick:
+        NUM_PROMPTS, NEW_TOKENS, REPEATS = 8, 16, 3
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
     config = build_config("micro", VOCAB, PAD, EOS)
     model = build_model(config, seed=0).eval()

@@ -11,11 +11,13 @@ Two engines on the same model: ``prefix_cache_mib=256`` (the default) and ``0`` 
 prefilled vs reused, and how many sampled tokens the two engines agree on (the cached keys/values of a
 finished turn come from the decode path, equal to the prefill path's to fp32 rounding, so a sampled token can
 change only at a near-tie).
-Last line: ``RESULT prefix_cache_speedup=… prefill_tokens_ratio=… same_tokens=…``.
+Last line: ``RESULT prefix_cache_speedup=… prefill_tokens_ratio=… same_tokens=…``. ``--quick``: 16 conversations,
+one round (a smoke test).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import time
@@ -55,6 +57,11 @@ def converse(engine: LocalEngine, prompts: list[list[int]]) -> tuple[float, list
 
 
 def main() -> None:
+    global CONVERSATIONS, REPEATS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="16 conversations, one round: a smoke test")
+    if parser.parse_args().quick:
+        CONVERSATIONS, REPEATS = 16, 1
     model = build_model(build_config("micro", VOCAB, 0, 1), seed=0).eval()
     prompts = first_prompts()
     engines = {
