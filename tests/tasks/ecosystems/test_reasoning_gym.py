@@ -216,3 +216,17 @@ def test_the_config_records_the_package_version() -> None:
 
     recorded = ReasoningGymEnvConfig(tasks=("chain_sum",)).package_version
     assert recorded == importlib.metadata.version("reasoning-gym")
+
+
+def test_the_run_config_reads_the_command_line_form() -> None:
+    from harmonyrl.config import load_config
+    from harmonyrl.tasks.factory import expert_for, make_factory
+
+    overrides = ["env.name=reasoning_gym", "env.tasks=[chain_sum,letter_counting]", "env.weights=[3,1]",
+                 "env.config.chain_sum.max_terms=2", "env.n_train=20", "env.n_val=4", "env.n_test=4"]  # fmt: skip
+    env = load_config(None, overrides).env
+    assert env.tasks == ("chain_sum", "letter_counting") and env.config == {"chain_sum": {"max_terms": 2}}
+    factory = make_factory(env, seed=0)
+    task = factory.tasks("train")[0]
+    (demo,) = expert_for(env.model_copy(update={"p_tool": 1.0, "p_verbose": 0.0}))(task, random.Random(0))
+    assert demo.content == task.answer

@@ -182,3 +182,14 @@ def test_the_example_experts_score_as_designed(calc: VerifiersFactory, sums: Ver
     assert results[-1].reward == 1.0
     (only,) = sum_expert(sums.tasks("train")[0], rng, p_right=1.0, p_verbose=0.0)
     assert only.content == sums.tasks("train")[0].answer
+
+
+def test_the_run_config_builds_it_and_says_it_has_no_expert(examples_importable: None) -> None:
+    from harmonyrl.config import load_config
+    from harmonyrl.tasks.factory import expert_for, make_factory
+
+    env = load_config(None, ["env.name=verifiers", "env.id=vf_sum", "env.kwargs.num_tasks=30"]).env
+    factory = make_factory(env, seed=0)
+    assert factory.name == "verifiers" and sum(len(factory.tasks(s)) for s in ("train", "validation", "test")) == 30
+    with pytest.raises(UserCodeError, match=r"env\.name=verifiers has no scripted expert"):
+        expert_for(env)
