@@ -120,7 +120,7 @@ def _completed_after_rewind(run: Path) -> int:
     saved = load_progress(run)  # read as data (weights_only), and as a resume reads it (``last.old`` included)
     if saved is None:
         return 0
-    keep = saved.state["lines"]["metrics.jsonl"]
+    keep = saved.state.lines["metrics.jsonl"]
     rows = (run / "metrics.jsonl").read_text().splitlines()[:keep]
     return sum(json.loads(r)["phase"] in ("sft", "rl") for r in rows)
 

@@ -176,7 +176,7 @@ def cuda_rng_state_round_trip() -> None:
     """A checkpoint keeps every GPU's RNG state and a resume puts it back."""
     from harmonyrl.models.tiny_gpt_oss import build_config, build_model
     from harmonyrl.trainer.checkpoint import load_state, save_checkpoint
-    from harmonyrl.trainer.resume import restore_rngs
+    from harmonyrl.trainer.run_state import Rngs
 
     saved = torch.cuda.get_rng_state_all()
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,7 +184,7 @@ def cuda_rng_state_round_trip() -> None:
         save_checkpoint(Path(tmp) / "c", model, None, 3, {})
         torch.cuda.set_rng_state(torch.Generator().manual_seed(99).get_state())
         assert not torch.equal(torch.cuda.get_rng_state(), saved[0])
-        restore_rngs(load_state(Path(tmp) / "c"))
+        Rngs.from_plain(load_state(Path(tmp) / "c")).restore()
     assert torch.equal(torch.cuda.get_rng_state_all()[0], saved[0])
 
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from harmonyrl.distributed.world import backend_for
-from harmonyrl.trainer.resume import restore_rngs
+from harmonyrl.trainer.run_state import Rngs
 
 CHECKS = Path(__file__).with_name("fake_cuda_checks.py")
 NAMES = [
@@ -61,7 +61,7 @@ def test_a_checkpoint_without_a_cuda_rng_state_still_restores() -> None:
     """Checkpoints written without CUDA (and all older ones) have no ``rng_cuda``: they restore as before."""
     state = {"rng_torch": torch.get_rng_state(), "rng_python": random.getstate()}
     first = torch.rand(3)
-    restore_rngs(state)
+    Rngs.from_plain(state).restore()
     assert torch.equal(torch.rand(3), first)
 
 

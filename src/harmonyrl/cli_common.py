@@ -8,19 +8,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from harmonyrl.envs.loader import UserCodeError
-from harmonyrl.envs.taskfile import TaskFileError, TooFewProblems
-from harmonyrl.errors import (
-    CheckpointError,
-    ClusterError,
-    DemoFileError,
-    EngineUnavailable,
-    KernelUnavailable,
-    NoHeldOutTasks,
-    NotDemonstrable,
-)
+from harmonyrl.errors import UserError
 from harmonyrl.sandbox.limits import SandboxUnavailable
-from harmonyrl.telemetry.sinks import SinkUnavailableError
 
 UNLIMITED_WIDTH = 100_000
 """The console's width without a terminal: nothing a run prints is that long, so no line is wrapped or cut."""
@@ -45,25 +34,11 @@ HELP_CONTEXT: dict[str, Any] = (
 )
 """Click's settings for that plain help: one line per option, its help and ``[default: …]`` whole."""
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    FileExistsError,
-    FileNotFoundError,
-    CheckpointError,
-    KernelUnavailable,
-    EngineUnavailable,
-    NotDemonstrable,
-    NoHeldOutTasks,
-    DemoFileError,
-    SinkUnavailableError,
-    TaskFileError,
-    TooFewProblems,
-    SandboxUnavailable,
-    ClusterError,
-    UserCodeError,
-)
-"""Failures caused by the user's input or set-up (an existing run folder, a bad checkpoint, a missing optional
-package, a malformed task file, more generated problems than an env's settings allow, no working bubblewrap for a
-sandboxed env, the user's own env or expert code failing): one line, no traceback."""
+USER_ERRORS: tuple[type[Exception], ...] = (UserError, FileExistsError, FileNotFoundError, SandboxUnavailable)
+"""Failures caused by the user's input or set-up: one line, no traceback. :class:`~harmonyrl.errors.UserError` is
+the base of harmonyrl's own (a bad checkpoint, a missing optional package, a malformed task file, more generated
+problems than an env's settings allow, the user's own env or expert code failing, …); beside it an existing or
+missing run folder and the sandbox's own (a leaf that imports nothing of harmonyrl) when bubblewrap cannot run."""
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -36,6 +36,7 @@ from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.replay_step import ReplayError, differing_tensors, replay_step, replay_update, rescore
 from harmonyrl.trainer.resume import save_progress
+from harmonyrl.trainer.run_state import PhaseState
 from harmonyrl.trainer.setup import load_for, make_factory, make_model, rl_start_model, setup_process
 from harmonyrl.types import Failure, Message, Trajectory, Turn
 from tiny_run import tiny_run
@@ -113,7 +114,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         assert update.applied and not update.metrics["train/skipped"]
         metrics.append(update.metrics)
         after.append({k: v.detach().clone() for k, v in model.state_dict().items()})
-        save_progress(path, model, "rl", step, learner.optimizer, learner=learner.extra_state())
+        save_progress(path, model, "rl", step, learner.optimizer, parts=PhaseState(learner=learner.extra_state()))
         if step == 1:
             shutil.copytree(path / "checkpoints" / "last", root / "after_step_1")
     save_checkpoint(path / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {})

@@ -6,10 +6,12 @@ from pathlib import Path
 
 from harmonyrl.trainer.resume import Progress
 from harmonyrl.trainer.run_clock import RunClock
+from harmonyrl.trainer.run_state import Rngs, RunState
 
 
 def _saved(state: dict[str, object]) -> Progress:
-    return Progress("rl", 3, state, Path("unused"))
+    plain = {"phase": "rl", "step": 3, "lines": {}, "optimizer": {}, "learner": {}, **Rngs.capture().to_plain()}
+    return Progress(RunState.from_plain(plain | state, "unused"), Path("unused"))
 
 
 def test_a_resumed_clock_adds_the_recorded_seconds_to_its_own() -> None:

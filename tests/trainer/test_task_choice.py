@@ -13,13 +13,15 @@ from harmonyrl.rollout.curriculum import Curriculum
 from harmonyrl.rollout.task_stream import SequentialTasks
 from harmonyrl.tasks.calculator import CalculatorFactory
 from harmonyrl.trainer.resume import Progress
+from harmonyrl.trainer.run_state import Rngs, RunState
 from harmonyrl.trainer.task_choice import task_source
 
 FACTORY = CalculatorFactory(seed=0, n_train=50, n_test=5, levels=(1, 3))
 
 
 def _saved(step: int, **state: object) -> Progress:
-    return Progress("rl", step, dict(state), Path("unused"))
+    plain = {"phase": "rl", "step": step, "lines": {}, "optimizer": {}, "learner": {}, **Rngs.capture().to_plain()}
+    return Progress(RunState.from_plain(plain | state, "unused"), Path("unused"))
 
 
 def test_the_plain_stream_is_the_old_task_choice_step_by_step() -> None:

@@ -19,6 +19,8 @@ class SFTConfig(Frozen):
     lr: float = Field(1e-3, gt=0)
     """Peak learning rate of the warm start (why 1e-3: docs/tuning.md)."""
     warmup_steps: int = Field(20, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradients are clipped to this total 2-norm before each step (a non-finite loss or norm skips the step)."""
     checkpoint_every: int = Field(50, ge=1)
     """SFT steps between resumable checkpoints (``checkpoints/last``); RL checkpoints after every step."""
     expert: str | None = None

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import cast
 
 from harmonyrl.envs.base import EnvFactory
+from harmonyrl.errors import UserError
 
 
 class TargetError(ValueError):
@@ -26,7 +27,7 @@ class TargetError(ValueError):
     The message is one line and does not repeat the target (the caller says which setting it came from)."""
 
 
-class UserCodeError(ValueError):
+class UserCodeError(UserError, ValueError):
     """The user's code named in the config (``env.factory``, ``sft.expert``) does not load, does not accept the
     arguments it is given, fails while it runs, or breaks the environment contract: one line naming the setting."""
 

@@ -122,6 +122,8 @@ class RMTrainConfig(Frozen):
     """Pairs per step."""
     lr: float = Field(1e-4, gt=0)
     """AdamW learning rate (trunk and head)."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradients are clipped to this total 2-norm before each step (a non-finite loss or norm skips the step)."""
     centring: float = Field(0.0, ge=0)
     """Reward centring coefficient: adds ``centring · (r_c + r_r)²`` to the loss (0: off)."""
     held_out: float = Field(0.1, gt=0, lt=1)

@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from harmonyrl.errors import UserError
 
-class SinkUnavailableError(ImportError):
+
+class SinkUnavailableError(UserError, ImportError):
     """An optional sink was requested but its package is not installed."""
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import re
 import shutil
 from pathlib import Path
@@ -38,6 +37,7 @@ from harmonyrl.distributed.world import SINGLE, World, barrier
 from harmonyrl.errors import CheckpointError
 from harmonyrl.models.tiny_gpt_oss import save_model
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+from harmonyrl.trainer.run_state import Rngs
 
 STATE_FILE = "trainer_state.pt"
 
@@ -145,15 +145,7 @@ def _fresh_tmp(path: Path) -> Path:
 def _trainer_state(step: int, optimizer: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
     """The state beside the weights; with CUDA, every visible GPU's RNG state too (``rng_cuda``, one byte tensor
     per device: dropout and sampling on a GPU draw from it), absent without CUDA as in older checkpoints."""
-    cuda = {"rng_cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}
-    return {
-        "step": step,
-        "optimizer": optimizer,
-        "rng_torch": torch.get_rng_state(),
-        "rng_python": random.getstate(),
-        **cuda,
-        **extra,
-    }
+    return {"step": step, "optimizer": optimizer, **Rngs.capture().to_plain(), **extra}
 
 
 def _write(tmp: Path, model: Any, files: CheckpointFiles | None, state: dict[str, Any]) -> None:

@@ -95,7 +95,7 @@ class Learner:
         self.model = model if not self.world.distributed else sharded_copy(model, self.world)
         self.optimizer = self.optimizer_for(self.model)
         load_optimizer(saved, model, self.model, self.optimizer, self.world)
-        self.load_extra_state(saved.state["learner"])
+        self.load_extra_state(saved.state.parts.learner or {})
 
     def sync(self, model: GptOssForCausalLM) -> None:
         """Bring the run's plain ``model`` up to the trained weights (under torchrun: gathered onto rank 0; a

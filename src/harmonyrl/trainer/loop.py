@@ -38,6 +38,7 @@ from harmonyrl.trainer.rl_phase import open_rl_phase
 from harmonyrl.trainer.run_clock import RunClock
 from harmonyrl.trainer.run_context import RunContext
 from harmonyrl.trainer.run_errors import run_failures
+from harmonyrl.trainer.run_hooks import NO_HOOKS, RunHooks, hooked_eval
 from harmonyrl.trainer.setup import (
     adapts_threads,
     check_engine,
@@ -68,11 +69,17 @@ class TrainResult:
 
 
 async def train(
-    config: RunConfig, console: Console, resume: bool = False, overwrite: bool = False, world: World = SINGLE
+    config: RunConfig,
+    console: Console,
+    resume: bool = False,
+    overwrite: bool = False,
+    world: World = SINGLE,
+    hooks: RunHooks = NO_HOOKS,
 ) -> TrainResult:
     """``harmonyrl train``: SFT → held-out eval → RL → held-out eval. ``resume`` continues the run folder
     ``output_dir/run_name`` from its last checkpoint, losing no completed step; ``overwrite`` replaces an
-    earlier run folder of that name. ``world``: this process's rank in a torchrun launch."""
+    earlier run folder of that name. ``world``: this process's rank in a torchrun launch. ``hooks``: a caller's
+    callbacks at each evaluation and RL step (:mod:`.run_hooks`)."""
     clock = RunClock()  # the run's time: started before setup, continued from the checkpoint on a resume
     setup_process(config.seed, config.threads, adapts_threads(config))
     share_cores(world, config.threads)
@@ -88,9 +95,9 @@ async def train(
             run_dir, model, saved = open_run(config, tok, resume, overwrite)
         clock = clock.resumed_from(saved)
         if not world.is_main:  # only rank 0 writes to the run folder, error.log included
-            return await _train_in(config, console, clock, tok, factory, run_dir, model, saved, world)
+            return await _train_in(config, console, clock, tok, factory, run_dir, model, saved, world, hooks)
         with run_failures(run_dir):  # a full disk is one line saying what was kept; any other error is logged there
-            return await _train_in(config, console, clock, tok, factory, run_dir, model, saved, world)
+            return await _train_in(config, console, clock, tok, factory, run_dir, model, saved, world, hooks)
     finally:
         close_env_pool(factory)  # the Ray env workers (scale.ray), whatever happened; nothing otherwise
 
@@ -105,12 +112,13 @@ async def _train_in(
     model: GptOssForCausalLM,
     saved: Progress | None,
     world: World = SINGLE,
+    hooks: RunHooks = NO_HOOKS,
 ) -> TrainResult:
     """``train`` once its run folder is open: everything that writes to it."""
     sink = open_sinks(config, run_dir) if world.is_main else MultiSink([])
     progress = StepProgress(console, config.telemetry.progress_every_s)
     files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
-    ctx = RunContext(config, console, run_dir, model, tok, factory, files, sink, progress, world, clock)
+    ctx = RunContext(config, console, run_dir, model, tok, factory, files, sink, progress, world, clock, hooks)
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     preset = f"  preset {config.preset}" if config.preset else ""
     console.print(
@@ -134,7 +142,7 @@ async def _train_in(
     if world.is_main:  # the engine is rank 0's alone: the other ranks never generate
         engine, limits = await make_engine(config, model, run_dir)
         rewarder = await make_rewarder(config, tok, factory, engine)  # reward.model / reward.judge; None if unset
-        held_out = held_out_eval(config, engine, factory, tok, limits)
+        held_out = hooked_eval(held_out_eval(config, engine, factory, tok, limits), hooks)
         evaluated = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     before = broadcast(evaluated, world)
     if not in_rl:

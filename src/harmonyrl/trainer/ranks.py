@@ -17,7 +17,7 @@ from transformers import GptOssForCausalLM
 from harmonyrl.config import RunConfig
 from harmonyrl.distributed.world import World, broadcast
 from harmonyrl.harmony.codecs import RunCodec
-from harmonyrl.trainer.resume import Progress, load_progress, restore_rngs
+from harmonyrl.trainer.resume import Progress, load_progress
 from harmonyrl.trainer.setup import make_model, open_run
 
 
@@ -45,5 +45,5 @@ def open_run_on(
     run_dir = config.output_dir / str(config.run_name)
     saved = load_progress(run_dir) if resume else None
     if saved is not None:
-        restore_rngs(saved.state)
+        saved.state.rngs.restore()
     return run_dir, make_model(config, tok), saved

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 import torch
 
@@ -37,24 +35,26 @@ from harmonyrl.distributed.world import SINGLE, World
 from harmonyrl.errors import CheckpointError
 from harmonyrl.trainer.checkpoint import committed, load_state, save_checkpoint
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+from harmonyrl.trainer.run_state import NO_PARTS, Phase, PhaseState, RunState
 
 TRACKED_FILES = ("metrics.jsonl", "rollouts/episodes.jsonl")
-Phase = Literal["sft", "rl"]
-_NEEDS: dict[str, tuple[str, ...]] = {
-    "sft": ("optimizer", "schedule", "lines", "rng_torch", "rng_python"),
-    "rl": ("optimizer", "learner", "lines", "rng_torch", "rng_python"),
-}
-"""The keys a resume of each phase reads from the state."""
 
 
 @dataclass(frozen=True)
 class Progress:
-    """A run's position: ``step`` steps of ``phase`` are complete and reflected in ``state``."""
+    """A run's position: ``step`` steps of ``phase`` are complete and reflected in ``state``, read from
+    ``model_dir``."""
 
-    phase: Phase
-    step: int
-    state: dict[str, Any]
+    state: RunState
     model_dir: Path
+
+    @property
+    def phase(self) -> Phase:
+        return self.state.phase
+
+    @property
+    def step(self) -> int:
+        return self.state.step
 
 
 def last_dir(run_dir: Path) -> Path:
@@ -81,9 +81,10 @@ def save_progress(
     *,
     sharded: torch.nn.Module | None = None,
     world: World = SINGLE,
-    **extra: Any,
+    parts: PhaseState = NO_PARTS,
 ) -> None:
-    """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``.
+    """Atomically replace ``checkpoints/last`` with the state after ``step`` completed steps of ``phase``, with
+    the phase's own ``parts`` (:class:`~harmonyrl.trainer.run_state.PhaseState`).
 
     Under torchrun a collective: ``sharded`` is the trained module (see :func:`.checkpoint.save_checkpoint`);
     only rank 0 counts the tracked files, which only it writes."""
@@ -92,7 +93,7 @@ def save_progress(
         for name in TRACKED_FILES:
             _fsync(run_dir / name)
         lines = {name: _lines(run_dir / name) for name in TRACKED_FILES}
-    extra = {"phase": phase, "lines": lines, **extra}
+    extra = {"phase": phase, "lines": lines, **parts.to_plain()}
     save_checkpoint(last_dir(run_dir), model, optimizer, step, extra, files, sharded, world)
 
 
@@ -109,12 +110,12 @@ def load_optimizer(
     shards = saved.model_dir / SHARDED_DIR
     if shards.is_dir():
         load_sharded(shards, trained, optimizer)
-    elif saved.state["optimizer"] is None:
+    elif saved.state.optimizer is None:
         raise CheckpointError(f"'{saved.model_dir}' holds no optimizer state (neither {SHARDED_DIR}/ nor inline)")
     elif world.distributed:
-        load_full_optimizer(plain, saved.state["optimizer"], trained, optimizer)
+        load_full_optimizer(plain, saved.state.optimizer, trained, optimizer)
     else:
-        optimizer.load_state_dict(saved.state["optimizer"])
+        optimizer.load_state_dict(saved.state.optimizer)
 
 
 def load_progress(run_dir: Path) -> Progress | None:
@@ -124,17 +125,7 @@ def load_progress(run_dir: Path) -> Progress | None:
     folder = committed(last_dir(run_dir))
     if folder is None:
         return None
-    state = load_state(folder)
-    phase = state.get("phase")
-    if phase not in _NEEDS:
-        raise CheckpointError(f"resume state '{folder}' has no valid phase (got {phase!r})")
-    missing = [k for k in _NEEDS[phase] if k not in state]
-    lines = state.get("lines")
-    if missing or not isinstance(lines, dict) or not all(isinstance(v, int) for v in lines.values()):
-        raise CheckpointError(f"resume state '{folder}' is incomplete (missing or invalid: {missing or ['lines']})")
-    if not isinstance(state["rng_torch"], torch.Tensor) or not isinstance(state["rng_python"], tuple):
-        raise CheckpointError(f"resume state '{folder}' has invalid RNG states")
-    return Progress(phase, state["step"], state, folder)
+    return Progress(RunState.from_plain(load_state(folder), str(folder)), folder)
 
 
 def _cut_of(run_dir: Path, name: str, keep: int, where: str) -> int:
@@ -172,7 +163,7 @@ def _has_eval_before_rl(data: bytes) -> bool:
 def plan_rewind(run_dir: Path, progress: Progress | None) -> dict[str, int]:
     """Where each tracked file will be cut (byte offsets), after checking that the cut is possible and the
     folder writable. Changes nothing; raises a one-line ``CheckpointError`` for a folder it cannot resume."""
-    lines = progress.state["lines"] if progress is not None else {}
+    lines = progress.state.lines if progress is not None else {}
     where = f"the checkpoint at {progress.phase} step {progress.step}" if progress is not None else ""
     cuts = {name: _cut_of(run_dir, name, lines.get(name, 0), where) for name in TRACKED_FILES}
     if progress is not None and progress.phase == "rl":
@@ -195,14 +186,3 @@ def rewind_files(run_dir: Path, cuts: dict[str, int]) -> None:
         path = run_dir / name
         if path.is_file() and path.stat().st_size != cut:
             os.truncate(path, cut)
-
-
-def restore_rngs(state: dict[str, Any]) -> None:
-    """The CPU, Python and (when saved and CUDA is here) GPU RNG states of a checkpoint. A checkpoint written
-    without CUDA has no ``rng_cuda``: its GPU generators keep their seeded state. GPUs beyond those saved keep
-    theirs, states beyond the GPUs present are not used."""
-    torch.set_rng_state(state["rng_torch"])
-    random.setstate(state["rng_python"])
-    if "rng_cuda" in state and torch.cuda.is_available():
-        for device, cuda_state in enumerate(state["rng_cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(cuda_state, device)

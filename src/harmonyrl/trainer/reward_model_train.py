@@ -26,6 +26,7 @@ from harmonyrl.rewards.model import RewardModel, answer_ids, save_reward_model
 from harmonyrl.rewards.pair_files import PairFile, read_pairs
 from harmonyrl.rewards.pairs import Pair
 from harmonyrl.telemetry.metrics import JsonlSink
+from harmonyrl.trainer.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.trainer.setup import load_for, setup_process
 
 
@@ -142,16 +143,20 @@ def train_reward_model(cfg: RMTrainConfig, loaded: PairFile | None = None) -> RM
     rm.train()
     for step in range(1, cfg.steps + 1):
         batch = [train_enc[i] for i in next_batch()]
-        chosen, rejected = _scores(rm, batch)
-        loss = bradley_terry_loss(chosen, rejected, torch.tensor([p.margin for p in batch]), cfg.centring)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(rm.parameters(), 1.0)
-        optimizer.step()
-        accuracy = pairwise_accuracy(chosen.detach(), rejected.detach())
-        sink.write(
-            step, {"rm/loss": float(loss.detach()), "rm/accuracy": accuracy, "rm/grad_norm": float(grad_norm)}, "rm"
-        )
+        seen: dict[str, float] = {}
+
+        def backward(batch: list[Encoded] = batch, seen: dict[str, float] = seen) -> GuardFigures:
+            chosen, rejected = _scores(rm, batch)
+            loss = bradley_terry_loss(chosen, rejected, torch.tensor([p.margin for p in batch]), cfg.centring)
+            loss.backward()
+            seen |= {
+                "rm/loss": float(loss.detach()),
+                "rm/accuracy": pairwise_accuracy(chosen.detach(), rejected.detach()),
+            }
+            return GuardFigures(seen["rm/loss"])
+
+        outcome = optimizer_step(optimizer, list(rm.parameters()), backward, cfg.max_grad_norm)
+        sink.write(step, seen | {"rm/grad_norm": outcome.grad_norm}, "rm")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             final = held_out_metrics(rm, test_enc, cfg.centring, cfg.batch_size)
             sink.write(step, final, "rm_eval")

@@ -47,13 +47,13 @@ from harmonyrl.algorithms.losses import (
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.algorithms.staleness import staleness_lr_scale
 from harmonyrl.config import RLConfig
-from harmonyrl.distributed.fsdp import clip_grad_norm
 from harmonyrl.distributed.world import SINGLE, World, broadcast, max_all, most_rows, shard_rows, sum_all
 from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch, Scored, micro_batches, score
-from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
+from harmonyrl.trainer.guards import restore, take_snapshot
 from harmonyrl.trainer.lr_scale import scaled_lr
+from harmonyrl.trainer.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.trainer.reference import Reference
 from harmonyrl.trainer.rl_targets import (
     LossTargets,
@@ -206,28 +206,28 @@ def _optimizer_step(
     cfg = p.cfg
     total = aggregation_units(p.targets.mask[idx], cfg.aggregation).clamp(min=1.0)
     tokens = p.targets.mask[idx].sum().clamp(min=1.0)
-    optimizer.zero_grad(set_to_none=True)
-    step, row = _StepTally(), 0
-    mine = idx[shard_rows(len(idx), p.world)]
-    parts = list(micro_batches(p.batch.select(mine), cfg.micro_batch)) if len(mine) else []
-    for mb in parts:
-        _micro_batch(model, p, mb, mine[row : row + mb.size], (total, tokens), step, tally)
-        row += mb.size
-    for _ in range(-(-most_rows(len(idx), p.world) // cfg.micro_batch) - len(parts)):
-        _idle_pass(model, p, idx[:1])
-    _sum_over_ranks(step, p.world)
+    step = _StepTally()
+
+    def backward() -> GuardFigures:
+        row, mine = 0, idx[shard_rows(len(idx), p.world)]
+        parts = list(micro_batches(p.batch.select(mine), cfg.micro_batch)) if len(mine) else []
+        for mb in parts:
+            _micro_batch(model, p, mb, mine[row : row + mb.size], (total, tokens), step, tally)
+            row += mb.size
+        for _ in range(-(-most_rows(len(idx), p.world) // cfg.micro_batch) - len(parts)):
+            _idle_pass(model, p, idx[:1])
+        _sum_over_ranks(step, p.world)
+        return GuardFigures(step.loss, step.kl_live if p.needs_ref else None, step.entropy)
+
+    params = [q for g in optimizer.param_groups for q in g["params"]]
+    outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards)
     if tally.first_dev is None:
         tally.first_dev = step.dev
-    params = [q for g in optimizer.param_groups for q in g["params"]]
-    grad_norm = clip_grad_norm(params, cfg.max_grad_norm)
-    tally.norms.append(grad_norm)
+    tally.norms.append(outcome.grad_norm)
     tally.loss += step.loss
     tally.entropy += step.entropy
     tally.kl_live = max(tally.kl_live, step.kl_live)
-    tally.tripped = trip_reason(cfg.guards, loss=step.loss, grad_norm=grad_norm,
-                                kl=step.kl_live if p.needs_ref else None, entropy=step.entropy)  # fmt: skip
-    if tally.tripped is None:
-        optimizer.step()
+    tally.tripped = outcome.tripped
 
 
 def _micro_batch(

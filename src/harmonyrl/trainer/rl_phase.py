@@ -32,6 +32,7 @@ from harmonyrl.trainer.reference import rl_start_adapters
 from harmonyrl.trainer.resume import Progress, save_progress
 from harmonyrl.trainer.reward_setup import RunRewarder
 from harmonyrl.trainer.run_context import RunContext
+from harmonyrl.trainer.run_state import PhaseState
 from harmonyrl.trainer.setup import rl_start_model
 from harmonyrl.trainer.skipped_updates import SkippedUpdates
 from harmonyrl.trainer.task_choice import task_source
@@ -98,6 +99,8 @@ class RLPhase:
         metrics |= await self._evaluate_at(step + 1)
         ctx.sink.write(step + 1, metrics, "rl")
         self._save(step + 1, batch)
+        if ctx.world.is_main:
+            ctx.hooks.on_step(step + 1, ctx.model)
         if tripped is not None:
             ctx.progress.stop()
             raise FaultBreakerTripped(tripped)
@@ -146,11 +149,13 @@ class RLPhase:
             ctx.files,
             sharded=self.learner.model,
             world=ctx.world,
-            learner=self.learner.extra_state(),
-            faults=self.breaker.state(),
-            sampling=self.pipeline.source_state(batch, self.source.state()),  # async: as this step's draw left it
-            pipeline=self.pipeline.state(),
-            elapsed_s=ctx.clock.seconds(),
+            parts=PhaseState(
+                learner=self.learner.extra_state(),
+                faults=self.breaker.state(),
+                sampling=self.pipeline.source_state(batch, self.source.state()),  # async: as this step's draw left it
+                pipeline=self.pipeline.state(),
+                elapsed_s=ctx.clock.seconds(),
+            ),
         )
 
 
@@ -191,7 +196,7 @@ async def open_rl_phase(
         learner.resume(ctx.model, resumed)
     breaker = FaultBreaker(config.rollout.fault_breaker)
     if resumed is not None:
-        breaker.load_state(resumed.state.get("faults", {}))
+        breaker.load_state(resumed.state.parts.faults or {})
     skipped = SkippedUpdates(warn=ctx.progress.warn)  # one warning style with the warm start's
     source = task_source(config, ctx.factory, resumed)  # the plain stream or a curriculum
     collect: Collect = _no_collect
@@ -201,7 +206,7 @@ async def open_rl_phase(
     check_pipeline(config.rl.async_, ctx.world)
     overlap = batches_may_overlap(config, rewarder)
     pipeline = await Pipeline.create(config.rl.async_, engine, collect, resumed.step if resumed else 0,
-                                     config.rl.steps, resumed.state.get("pipeline") if resumed else None,
+                                     config.rl.steps, resumed.state.parts.pipeline if resumed else None,
                                      lambda: merged_state_dict(ctx.model), copies=overlap)  # fmt: skip
     phase = RLPhase(ctx, learner, pipeline, source, breaker, skipped, rewarder, held_out)
     return phase, resumed.step if resumed is not None else 0

@@ -30,5 +30,5 @@ class RunClock:
 
     def resumed_from(self, saved: Progress | None) -> RunClock:
         """This clock, counting also the seconds recorded in ``saved`` (none for a fresh run)."""
-        before = saved.state.get("elapsed_s", 0.0) if saved is not None else 0.0
-        return RunClock(float(before) if isinstance(before, (int, float)) else 0.0, self.start)
+        before = saved.state.parts.elapsed_s if saved is not None else None
+        return RunClock(before or 0.0, self.start)

@@ -1,5 +1,5 @@
 """What every phase of ``harmonyrl train`` reads and writes through: the run's config, folder, model, codec, env,
-metrics sinks, progress display, the process's place in a torchrun launch and the run's clock."""
+metrics sinks, progress display, the process's place in a torchrun launch, the run's clock and a caller's hooks."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from harmonyrl.telemetry.progress import StepProgress
 from harmonyrl.telemetry.sinks import MetricsSink
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.run_clock import RunClock
+from harmonyrl.trainer.run_hooks import NO_HOOKS, RunHooks
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,5 @@ class RunContext:
     world: World
     clock: RunClock
     """The run's time so far, resumes included (recorded in every ``checkpoints/last``)."""
+    hooks: RunHooks = NO_HOOKS
+    """A caller's callbacks (:mod:`.run_hooks`): evaluations and completed RL steps."""

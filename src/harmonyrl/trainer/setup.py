@@ -50,7 +50,7 @@ from harmonyrl.trainer.device import free_bytes, resolve_device
 from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.trainer.footprint import check_fits
 from harmonyrl.trainer.precision import base_dtype
-from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, restore_rngs, rewind_files
+from harmonyrl.trainer.resume import Progress, load_progress, plan_rewind, rewind_files
 from harmonyrl.trainer.run_folder import clear_for_overwrite
 from harmonyrl.types import Task
 
@@ -321,7 +321,7 @@ def open_run(
     rewind_files(run_dir, cuts)
     if saved is None:
         return run_dir, model, None
-    restore_rngs(saved.state)
+    saved.state.rngs.restore()
     return run_dir, model, saved
 
 

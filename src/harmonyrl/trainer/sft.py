@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from harmonyrl.config import SFTConfig
-from harmonyrl.distributed.fsdp import clip_grad_norm
 from harmonyrl.distributed.world import SINGLE, World, shard_rows, sum_all
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.errors import NotDemonstrable
@@ -23,6 +22,7 @@ from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import initial_messages, observation_ids
 from harmonyrl.trainer.batch import collate, score
 from harmonyrl.trainer.device import to_device
+from harmonyrl.trainer.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.trainer.precision import Precision, autocast
 from harmonyrl.types import Message, Task, Trajectory
 
@@ -105,10 +105,12 @@ def sft_step(
     pad_id: int,
     world: World = SINGLE,
     precision: Precision = "fp32",
+    max_grad_norm: float = 1.0,
 ) -> float:
     """One optimizer step of masked next-token cross-entropy (token-mean over sampled positions), on the model's
     device; returns the batch's loss. ``precision`` bf16 runs the forward under autocast. Only trainable
-    parameters (LoRA: the adapters) are clipped and stepped.
+    parameters (LoRA: the adapters) are clipped (to ``max_grad_norm``) and stepped; a non-finite loss or
+    gradient is not stepped on (:func:`~harmonyrl.trainer.optimizer_step.optimizer_step`).
 
     Under torchrun every rank is given the whole batch and trains its rows of it (``model`` sharded with FSDP,
     gradients summed): each rank's loss is divided by the whole batch's token count, so the summed gradient is
@@ -119,16 +121,21 @@ def sft_step(
     total = batch.loss_mask.sum().clamp(min=1.0)  # the global normaliser: every rank's tokens
     mine = shard_rows(batch.size, world)
     part = batch if not world.distributed else batch.select(mine if len(mine) else torch.arange(1))
-    with autocast(precision, device):
-        scored = score(
-            model, part.input_ids, part.attention_mask, needed=part.loss_mask, share_prefix=not world.distributed
-        )
-    loss = -(scored.logprobs * part.loss_mask).sum() / total * float(len(mine) > 0)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    clip_grad_norm([p for p in model.parameters() if p.requires_grad], 1.0)
-    optimizer.step()
-    return float(sum_all(loss.detach().clone(), world))
+    summed = torch.zeros(())
+
+    def backward() -> GuardFigures:
+        nonlocal summed
+        with autocast(precision, device):
+            scored = score(
+                model, part.input_ids, part.attention_mask, needed=part.loss_mask, share_prefix=not world.distributed
+            )
+        loss = -(scored.logprobs * part.loss_mask).sum() / total * float(len(mine) > 0)
+        loss.backward()
+        summed = sum_all(loss.detach().clone(), world)
+        return GuardFigures(float(summed))
+
+    optimizer_step(optimizer, [p for p in model.parameters() if p.requires_grad], backward, max_grad_norm)
+    return float(summed)
 
 
 def sft_batches(demos: Sequence[Demo], cfg: SFTConfig, seed: int) -> list[list[Demo]]:

@@ -29,7 +29,8 @@ from harmonyrl.config import RLConfig
 from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.trainer.batch import Batch, collate, micro_batches, score
 from harmonyrl.trainer.device import to_device
-from harmonyrl.trainer.guards import restore, take_snapshot, trip_reason
+from harmonyrl.trainer.guards import restore, take_snapshot
+from harmonyrl.trainer.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.trainer.reference import Reference
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trainer.update_result import UpdateResult
@@ -91,16 +92,17 @@ def soft_q_update(
     eval_mode(model)
     for _ in range(sq.updates_per_step):
         batch = to_device(collate(state.replay.sample(min(sq.replay_batch, len(state.replay))), pad_id), device)
-        optimizer.zero_grad(set_to_none=True)
-        step = _backward(model, ref_model, critic, batch, sq, cfg.aggregation)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-        norms.append(grad_norm)
+        step: dict[str, float] = {}
+
+        def backward(batch: Batch = batch, step: dict[str, float] = step) -> GuardFigures:
+            step |= _backward(model, ref_model, critic, batch, sq, cfg.aggregation)
+            return GuardFigures(step["loss"], step["kl_ref_k3"], step["entropy"])
+
+        outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards)
+        norms.append(outcome.grad_norm)
         sums = {k: sums[k] + step[k] for k in _SUMS}
-        tripped = trip_reason(cfg.guards, loss=step["loss"], grad_norm=grad_norm, kl=step["kl_ref_k3"],
-                              entropy=step["entropy"])  # fmt: skip
-        if tripped is not None:
+        if (tripped := outcome.tripped) is not None:
             break
-        optimizer.step()
         _polyak(state.target_head, value_head, sq.tau)
     if tripped is not None:
         if snapshot is not None:

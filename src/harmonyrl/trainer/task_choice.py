@@ -24,7 +24,7 @@ def difficulty_of(factory: EnvFactory) -> Difficulty | None:
 def task_source(config: RunConfig, factory: EnvFactory, saved: Progress | None) -> TaskSource:
     """The source of the RL steps' training tasks, at the position ``saved`` (an RL checkpoint) recorded."""
     tasks = factory.tasks("train")
-    state: SourceState | None = saved.state.get("sampling") if saved is not None else None
+    state: SourceState | None = saved.state.parts.sampling if saved is not None else None
     if config.rl.curriculum is None:
         if state is None:  # a fresh run, or a checkpoint written before the position was saved
             return SequentialTasks(tasks, saved.step * config.rollout.tasks_per_step if saved is not None else 0)

@@ -21,6 +21,7 @@ from harmonyrl.trainer.demo_fit import turn_budget_note
 from harmonyrl.trainer.demo_report import demos_from_file
 from harmonyrl.trainer.resume import Progress, load_optimizer, save_progress
 from harmonyrl.trainer.run_clock import RunClock
+from harmonyrl.trainer.run_state import PhaseState
 from harmonyrl.trainer.sft import build_demos, lr_lambda, sft_batches, sft_step
 from harmonyrl.trainer.team_demos import build_team_demos
 
@@ -64,7 +65,7 @@ async def run_sft(
     first = 0
     if resume is not None:
         load_optimizer(resume, model, trainee, optimizer, world)
-        schedule.load_state_dict(resume.state["schedule"])
+        schedule.load_state_dict(resume.state.parts.schedule or {})
         first = resume.step
     files = CheckpointFiles(config, tok) if run_dir is not None else None  # built once, copied into each save
     trainee.train()
@@ -72,7 +73,8 @@ async def run_sft(
     for step, batch in enumerate(sft_batches(demos, cfg, config.seed)):
         if step < first:
             continue
-        loss = sft_step(trainee, optimizer, batch, tok.special.endoftext, world, config.model.precision)
+        loss = sft_step(trainee, optimizer, batch, tok.special.endoftext, world, config.model.precision,
+                        cfg.max_grad_norm)  # fmt: skip
         schedule.step()
         counts = {"sft/demos_used": float(len(demos)), "sft/demos_skipped": float(skipped)} if step == 0 else {}
         sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0]), **counts}, "sft")
@@ -80,9 +82,8 @@ async def run_sft(
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             if trainee is not model:
                 copy_into(model, trainee, world)
-            spent = {"elapsed_s": clock.seconds()} if clock is not None else {}
-            save_progress(run_dir, model, "sft", step + 1, optimizer, files, sharded=trainee, world=world,
-                          schedule=schedule.state_dict(), **spent)  # fmt: skip
+            parts = PhaseState(schedule=schedule.state_dict(), elapsed_s=clock.seconds() if clock is not None else None)
+            save_progress(run_dir, model, "sft", step + 1, optimizer, files, sharded=trainee, world=world, parts=parts)
     if trainee is not model:
         copy_into(model, trainee, world)
     progress.stop()
