@@ -7,7 +7,7 @@ import asyncio
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -309,12 +309,17 @@ def evaluate(
         bool, typer.Option("--allow-env-mismatch", help="Evaluate on env.* settings other than the checkpoint's.")
     ] = False,
     preset: PresetOpt = None,
+    split: Annotated[
+        Literal["validation", "test"] | None,
+        typer.Option(help="validation: where settings are chosen; test: the figure to report (default: eval.split)."),
+    ] = None,
 ) -> None:
     """Evaluate a checkpoint on the held-out split of the env it was trained on (recorded in the checkpoint);
     prints a table and the metrics as JSON."""
     from harmonyrl.config import merge_trees
     from harmonyrl.trainer.eval_env import explicit_env, resolve_eval_env
 
+    overrides = [*(overrides or []), *([f"eval.split={split}"] if split else [])]  # eval.split's default: test
     file = _preset(preset)
     try:
         chosen = resolve_eval_env(
@@ -338,7 +343,7 @@ def evaluate(
 
     from rich.table import Table
 
-    table = Table(title=f"held-out evaluation of {checkpoint}")
+    table = Table(title=f"held-out evaluation of {checkpoint} ({cfg.eval.split} split)")
     for col in ("metric", f"sampled (T={cfg.eval.temperature:g})", "greedy"):
         table.add_column(col, justify="right")
     for name in sorted({k.split("/", 1)[1] for k in metrics if k.startswith(("eval/", "eval_greedy/"))}):
@@ -396,6 +401,10 @@ def sweep_cmd(
     prune: Annotated[
         bool | None, typer.Option(help="Stop trials whose periodic held-out pass@1 trails (median; default on).")
     ] = None,
+    split: Annotated[
+        Literal["validation", "test"] | None,
+        typer.Option(help="Split the trials are evaluated on (default validation: test is for the chosen config)."),
+    ] = None,
     config: ConfigOpt = None,
     overrides: OverridesArg = None,
     preset: PresetOpt = None,
@@ -412,8 +421,8 @@ def sweep_cmd(
         if resume is None:
             folder = out or Path("runs") / f"sweep-{default_run_name()}"
             options = (config, overrides or [], param or [], space, trials, jobs, seed or 0, prune is not False)
-            command.start(console, folder, *options, preset=_preset(preset))
-        elif any(x not in (None, []) for x in (config, overrides, param, space, out, seed, prune, preset)):
+            command.start(console, folder, *options, preset=_preset(preset), split=split or "validation")
+        elif any(x not in (None, []) for x in (config, overrides, param, space, out, seed, prune, preset, split)):
             raise SweepError("--resume continues the folder's own search: give only --trials and --jobs with it")
         else:
             command.resume(console, resume, trials, jobs)

@@ -131,6 +131,11 @@ class Generation:
     after each sync)."""
 
 
+Split = Literal["train", "validation", "test"]
+"""The three task splits of every env, disjoint by the env's canonical key: ``train`` is trained on, ``validation``
+is where settings are chosen (sweeps, presets), ``test`` is where the chosen settings are reported, once."""
+
+
 @dataclass(frozen=True)
 class Task:
     """One problem instance. ``answer`` is the expected answer: what the env's verifier checks against, shown to
@@ -140,7 +145,7 @@ class Task:
     id: str
     prompt: str
     answer: str
-    split: Literal["train", "test"]
+    split: Split
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ def test_module_form_imports_from_the_working_directory(tmp_path: Path, monkeypa
     assert _lines(result.output) == [
         "· convert: 10 calls with wrong arguments → 10 error observations (KeyError ×7, invalid arguments ×2, "
         "invalid JSON ×1); none masked",
+        "· validation: none of its own (tasks('validation') is empty); a run carves 64 of the 712 train tasks (a hash "
+        "of each prompt) as its validation split, training on the other 648 (docs/custom-env.md)",
         "✓ userpkg.units:UnitFactory: environment contract OK (2 of 712 train tasks and 1 test task driven)",
     ]
 
@@ -120,6 +122,8 @@ def test_sync_step_says_async_once_and_a_tool_without_docstring_warns(tmp_path: 
         "its name",
         "! tools [units-1 and 3 more tasks]: tool 'twice': parameter(s) 'value' have no description (add an Args: "
         "section)",
+        "· validation: none of its own (tasks('validation') is empty); a run carves 64 of the 712 train tasks (a hash "
+        "of each prompt) as its validation split, training on the other 648 (docs/custom-env.md)",
     ]
 
 
@@ -142,8 +146,9 @@ def test_warnings_alone_pass(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check-env", target, "--tasks", "2"])
     assert result.exit_code == 0, result.output
     lines = _lines(result.output)
-    assert len(lines) == 4 and lines[0].startswith("! tools [units-1 and 2 more tasks]: tool 'convert' has no")
+    assert len(lines) == 5 and lines[0].startswith("! tools [units-1 and 2 more tasks]: tool 'convert' has no")
     assert lines[2].startswith("· convert: 10 calls with wrong arguments")
+    assert lines[3].startswith("· validation: none of its own (tasks('validation') is empty); a run carves 64 of")
     assert lines[-1] == f"✓ {target}: environment contract OK (2 of 712 train tasks and 1 test task driven, 2 warnings)"
 
 

@@ -34,7 +34,7 @@ def test_loads_each_split_in_file_order(tmp_path: Path) -> None:
         Task("c", "How many products are there?", "30", "train"),
     ]
     assert load_tasks_jsonl(str(path), "test") == [Task("b", "How many customers are there?", "60", "test")]
-    with pytest.raises(ValueError, match="split must be 'train' or 'test'"):
+    with pytest.raises(ValueError, match="split must be 'train', 'validation' or 'test'"):
         load_tasks_jsonl(path, "valid")  # type: ignore[arg-type]
 
 
@@ -49,7 +49,10 @@ def row(**changes: object) -> str:
         ("[1, 2]", "tasks.jsonl:2: expected a JSON object, got list"),
         (json.dumps({"id": "x", "prompt": "p"}), r"tasks.jsonl:2: missing key\(s\) \['answer', 'split'\]"),
         (row(id="x", anwser="1"), r"tasks.jsonl:2: unknown key\(s\) \['anwser'\]"),
-        (row(id="x", prompt="q", split="valid"), "tasks.jsonl:2: 'split' must be \"train\" or \"test\", got 'valid'"),
+        (
+            row(id="x", prompt="q", split="valid"),
+            'tasks.jsonl:2: \'split\' must be "train", "validation" or "test", got \'valid\'',
+        ),
         (row(id="x", prompt="q", answer=1.5), "tasks.jsonl:2: 'answer' must be a non-empty string, got 1.5"),
         (row(id="x", prompt="q", answer=True), "tasks.jsonl:2: 'answer' must be a non-empty string, got True"),
         (row(id=7, prompt="q"), "tasks.jsonl:2: 'id' must be a non-empty string, got 7"),
@@ -127,3 +130,23 @@ def test_too_many_problems_for_the_settings_is_a_one_line_cli_error(tmp_path: Pa
     assert "maze: could not draw 200 train + 100 test distinct problems" in result.output
     assert "lower env.n_train / env.n_test" in result.output and "unexpected error" not in result.output
     assert not (tmp_path / "m").exists()  # a run that failed before its first step leaves no folder
+
+
+def test_validation_rows_or_a_carve_of_the_train_rows(tmp_path: Path) -> None:
+    from harmonyrl.envs.taskfile import carved, split_file
+
+    rows = [
+        {"id": f"t{i}", "prompt": f"How many orders in {1900 + i}?", "answer": "1", "split": "train"} for i in range(60)
+    ]
+    rows[5]["split"], rows[7]["split"] = "validation", "test"
+    tasks = read_tasks_jsonl(write(tmp_path, [json.dumps(r) for r in rows]))
+    own = split_file(tasks, 100, 100, 100)  # the file's own validation rows, train untouched
+    assert ([t.id for t in own.validation], [t.id for t in own.test], len(own.train)) == (["t5"], ["t7"], 58)
+    old = split_file([t for t in tasks if t.split != "validation"], 100, 100, 100)  # a file without: carved
+    assert old.validation and all(t.split == "validation" and carved(t.prompt) for t in old.validation)
+    assert not any(carved(t.prompt) for t in old.train) and len(old.train) + len(old.validation) == 58
+    assert not {t.prompt for t in old.train} & {t.prompt for t in old.validation}
+    assert len(split_file(tasks, 3, 0, 1).train) == 3 and not split_file(tasks, 3, 0, 1).validation  # n_* cap it
+    leaked = [*rows, {**rows[5], "id": "again", "split": "train"}]  # a validation prompt also in train
+    with pytest.raises(TaskFileError, match="prompt is also in the validation split"):
+        read_tasks_jsonl(write(tmp_path, [json.dumps(r) for r in leaked]))

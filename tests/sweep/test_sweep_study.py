@@ -273,3 +273,37 @@ def test_a_preset_is_under_the_base_config_and_kept_for_resume(tmp_path: Path) -
     command.resume(Console(file=io.StringIO()), folder, 3, 1, runner=more)
     assert load_config(more.jobs[0].config_path).rl.entropy_coef == 0.01
     assert yaml.safe_load((folder / "sweep.yaml").read_text())["preset"] == "preset.yaml"
+
+
+def test_trials_are_chosen_on_validation_and_best_config_reports_test(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    folder, printed = _start(tmp_path, runner, trials=2)
+    trial = load_config(runner.jobs[0].config_path)
+    assert trial.eval.split == "validation"  # the objective and the pruning read the validation split
+    assert load_config(folder / "best_config.yaml").eval.split == "test"  # the chosen config is measured on test
+    assert yaml.safe_load((folder / "sweep.yaml").read_text())["split"] == "validation"
+    assert "eval/success: 200 validation tasks" in printed
+    # --split test opts out; a sweep.yaml written before validation splits existed keeps measuring test on resume
+    other = FakeRunner()
+    out = tmp_path / "on_test"
+    command.start(Console(file=io.StringIO()), out, None, FIXED, SPACE, None, 1, 1, 0, True, runner=other, split="test")
+    assert load_config(other.jobs[0].config_path).eval.split == "test"
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    del spec["split"]
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    more = FakeRunner()
+    command.resume(Console(file=io.StringIO()), folder, 3, 1, runner=more)
+    assert load_config(more.jobs[0].config_path).eval.split == "test"
+
+
+def test_cli_split_flags(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harmonyrl.cli import app
+
+    runner = CliRunner()
+    for args in (["sweep", "--split", "valid"], ["eval", "--checkpoint", str(tmp_path), "--split", "train"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "'validation'" in result.output, result.output
+    resumed = runner.invoke(app, ["sweep", "--resume", str(tmp_path), "--split", "test"])
+    assert resumed.exit_code == 2 and "give only --trials and --jobs with it" in resumed.output

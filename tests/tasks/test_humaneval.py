@@ -31,8 +31,8 @@ from harmonyrl.tasks.humaneval import (
 from harmonyrl.types import Failure, Message, StepResult, Task
 
 FAST = SandboxLimits(timeout_s=1, cpu_s=1, memory_mib=256, max_processes=16, max_output_bytes=4096)
-TRAIN, TEST = split_tasks()
-BY_ID = {t.id: t for t in (*TRAIN, *TEST)}
+TRAIN, VAL, TEST = split_tasks()
+BY_ID = {t.id: t for t in (*TRAIN, *VAL, *TEST)}
 
 
 def small() -> HumanEvalFactory:
@@ -67,16 +67,17 @@ def submit(factory: HumanEvalFactory, task_id: str, content: str) -> StepResult:
     return result
 
 
-def test_all_164_problems_load_and_split_124_40() -> None:
-    assert len(problems()) == 164 and len(TRAIN) == 124 and len(TEST) == 40
-    assert {t.id for t in (*TRAIN, *TEST)} == set(problems()) == {f"HumanEval/{i}" for i in range(164)}
-    assert [t.id for t in TEST[:4]] == ["HumanEval/1", "HumanEval/11", "HumanEval/17", "HumanEval/20"]
+def test_all_164_problems_load_and_split_104_20_40() -> None:
+    assert len(problems()) == 164 and (len(TRAIN), len(VAL), len(TEST)) == (104, 20, 40)
+    assert {t.id for t in (*TRAIN, *VAL, *TEST)} == set(problems()) == {f"HumanEval/{i}" for i in range(164)}
+    assert [t.id for t in TEST[:4]] == ["HumanEval/1", "HumanEval/11", "HumanEval/17", "HumanEval/20"]  # unchanged
     assert [t.id for t in TRAIN[:3]] == ["HumanEval/0", "HumanEval/2", "HumanEval/3"]
+    assert {t.split for t in VAL} == {"validation"} and not {t.id for t in VAL} & {t.id for t in TRAIN}
     p = problems()["HumanEval/0"]
     assert (BY_ID[p.task_id].prompt, BY_ID[p.task_id].answer) == (p.prompt, p.canonical_solution)
-    assert split_tasks(3, 2) == (TRAIN[:3], TEST[:2])
-    with pytest.raises(ValueError, match="124 train and 40 test"):
-        split_tasks(125, 40)
+    assert split_tasks(3, 2, 1) == (TRAIN[:3], VAL[:1], TEST[:2])
+    with pytest.raises(ValueError, match="104 train, 20 validation and 40 test"):
+        split_tasks(105, 40)
 
 
 def test_check_env_passes(factory: HumanEvalFactory) -> None:
@@ -98,9 +99,9 @@ def test_every_canonical_solution_passes_the_grader_and_broken_twins_fail() -> N
         full = HumanEvalFactory(n_train=124, n_test=40)
     except SandboxUnavailable as e:
         pytest.skip(f"bubblewrap cannot sandbox on this machine: {e}")
-    failed = [t.id for t in (*TRAIN, *TEST) if submit(full, t.id, t.answer).reward != 1.0]
+    failed = [t.id for t in (*TRAIN, *VAL, *TEST) if submit(full, t.id, t.answer).reward != 1.0]
     assert failed == []
-    broken = {t.id: broken_solution(problems()[t.id]) for t in (*TRAIN, *TEST)}
+    broken = {t.id: broken_solution(problems()[t.id]) for t in (*TRAIN, *VAL, *TEST)}
     accepted = [i for i, code in broken.items() if code != BY_ID[i].answer and submit(full, i, code).reward != 0.0]
     assert set(accepted) == {"HumanEval/18", "HumanEval/40", "HumanEval/129"}
 
@@ -292,9 +293,9 @@ def test_config_builds_the_factory(factory: HumanEvalFactory) -> None:
         3,
         5,
     )
-    assert (built.tasks("train"), built.tasks("test")) == (TRAIN[:6], TEST[:3])
+    assert (built.tasks("train"), built.tasks("validation"), built.tasks("test")) == (TRAIN[:6], VAL, TEST[:3])
     expert = expert_for(cfg.env)  # the scripted expert with the env's p_tool / p_verbose bound
     assert isinstance(expert, functools.partial) and expert.func is expert_demo
     assert expert.keywords == {"p_tool": cfg.env.p_tool, "p_verbose": cfg.env.p_verbose}
-    with pytest.raises(ConfigError, match=r"'env.n_train': Input should be less than or equal to 124"):
+    with pytest.raises(ConfigError, match=r"'env.n_train': Input should be less than or equal to 104"):
         load_config(None, ["env.name=humaneval", "env.n_train=500"])

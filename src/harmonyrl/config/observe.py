@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from harmonyrl.frozen import Frozen
@@ -17,6 +19,9 @@ class EvalConfig(Frozen):
     """Samples per task averaged into ``eval/pass@1`` (more samples, less noise)."""
     every: int = Field(0, ge=0)
     """Also evaluate every N RL steps (0: only before and after)."""
+    split: Literal["validation", "test"] = "test"
+    """The env split evaluated: ``test`` reports a run; ``validation`` is where settings are chosen (``harmonyrl
+    sweep`` sets it for its trials), so the test figure of the chosen settings is measured once (docs/envs.md)."""
 
 
 class TelemetryConfig(Frozen):

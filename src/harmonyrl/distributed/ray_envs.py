@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from harmonyrl.distributed.ray_worker import EnvWorker, Opening, ends_episode
 from harmonyrl.envs.base import EnvFactory
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -202,7 +202,7 @@ class RayEnvFactory:
         self.name = local.name
         self._episodes = itertools.count()
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+    def tasks(self, split: Split) -> Sequence[Task]:
         return self.local.tasks(split)
 
     def make(self, task: Task) -> RayEnv:

@@ -33,9 +33,9 @@ and reports where each exception lands.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 
 class Env(Protocol):
@@ -55,10 +55,16 @@ class Env(Protocol):
 
 
 class EnvFactory(Protocol):
-    """Holds the task splits and makes one Env per episode."""
+    """Holds the task splits and makes one Env per episode.
+
+    Three splits, disjoint by the env's canonical key (what a problem is, not how it is worded): ``train`` is what
+    RL and the warm start draw from; ``validation`` is where settings are chosen (``harmonyrl sweep``, presets,
+    ``harmonyrl eval --split validation``); ``test`` is where the chosen settings are measured, once. Each built-in
+    env says in its module docstring where its validation tasks come from (docs/envs.md); a user's factory without
+    a validation split gets one carved from its train split (:mod:`harmonyrl.tasks.custom`)."""
 
     name: str
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]: ...
+    def tasks(self, split: Split) -> Sequence[Task]: ...
 
     def make(self, task: Task) -> Env: ...

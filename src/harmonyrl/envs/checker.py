@@ -5,7 +5,8 @@ relies on, as a list of issues rather than the first exception, so one run shows
 
 * protocol: the factory has ``name`` (a str), ``tasks(split)`` and ``make(task)``, and what ``make`` returns has
   ``tools``, ``instructions``, ``reset``, ``step`` and ``close`` (checked first: without them nothing else can run);
-* splits: non-empty, ``Task.split`` matches, ids unique, no prompt shared by train and test;
+* splits: non-empty, ``Task.split`` matches, ids unique, no prompt shared by two of train, validation and test (a
+  factory with no validation split of its own is not an issue: a run carves one from train, and the report says so);
 * determinism: a second factory from ``rebuild`` yields identical tasks;
 * API shape: ``reset`` returns messages, ``step`` returns a ``StepResult``, tools have object JSON schemas;
 * semantics: a ``final`` answer terminates, never terminated *and* truncated, rewards finite in [0, 1],
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import json
 import math
 import re
@@ -36,8 +38,9 @@ from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.loader import TargetError, load_factory, where_in_user_code
+from harmonyrl.envs.taskfile import carve_validation
 from harmonyrl.envs.tools import ToolSchemaError
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,27 @@ def _env_protocol(env: object) -> str | None:
     )
 
 
+def missing_validation(factory: EnvFactory) -> str | None:
+    """Why ``factory`` has no validation split of its own, or None when it has one: ``tasks("validation")`` raises,
+    is empty, or returns tasks of another split (a factory written before validation existed often answers every
+    split but "train" with its test tasks). A run then carves one from the train split
+    (:mod:`harmonyrl.tasks.custom`)."""
+    try:
+        tasks = list(factory.tasks("validation"))
+    except Exception as e:  # the user's code: any exception means "no validation split", said in one line
+        return f"tasks('validation') raised {type(e).__name__}: {e}"[:200]
+    if not tasks:
+        return "tasks('validation') is empty"
+    if others := sorted({str(getattr(t, "split", "?")) for t in tasks} - {"validation"}):
+        return f"tasks('validation') returned tasks whose Task.split is {', '.join(map(repr, others))}"
+    return None
+
+
 def _check_splits(factory: EnvFactory, rebuild: Callable[[], EnvFactory] | None) -> list[CheckIssue]:
     issues: list[CheckIssue] = []
-    splits = {s: list(factory.tasks(s)) for s in ("train", "test")}
+    splits: dict[Split, list[Task]] = {s: list(factory.tasks(s)) for s in ("train", "test")}
+    if missing_validation(factory) is None:  # else a run carves one (reported by acheck_report, not an issue)
+        splits["validation"] = list(factory.tasks("validation"))
     for split, tasks in splits.items():
         if not tasks:
             issues.append(CheckIssue("splits", f"{split} split is empty"))
@@ -125,13 +146,14 @@ def _check_splits(factory: EnvFactory, rebuild: Callable[[], EnvFactory] | None)
             issues.append(CheckIssue("splits", f"{split} split holds non-Task items or a wrong Task.split"))
     ids = [t.id for tasks in splits.values() for t in tasks]
     if len(set(ids)) != len(ids):
-        issues.append(CheckIssue("splits", "task ids are not unique across train and test"))
-    shared = {t.prompt for t in splits["train"]} & {t.prompt for t in splits["test"]}
-    if shared:
-        issues.append(CheckIssue("splits", f"{len(shared)} prompts appear in both train and test"))
+        issues.append(CheckIssue("splits", f"task ids are not unique across {' and '.join(splits)}"))
+    for first, second in itertools.combinations(splits, 2):
+        shared = {t.prompt for t in splits[first]} & {t.prompt for t in splits[second]}
+        if shared:
+            issues.append(CheckIssue("splits", f"{len(shared)} prompts appear in both {first} and {second}"))
     if rebuild is not None:
         again = rebuild()
-        if any(list(again.tasks(s)) != splits[s] for s in ("train", "test")):
+        if any(list(again.tasks(s)) != splits[s] for s in splits):
             issues.append(CheckIssue("determinism", "rebuilding the factory gave different tasks"))
     return issues
 
@@ -191,9 +213,11 @@ class EnvCheck:
     probes: list[ToolProbe] = field(default_factory=list)
     train_tasks: int = 0
     """Tasks in the train split (the check drives a few of them)."""
+    validation: str = ""
+    """Where a run's validation split comes from: the factory's own, or carved from its train split."""
 
     def summary(self) -> list[str]:
-        """One line per tool: how its wrong-argument calls landed, by class."""
+        """One line per tool: how its wrong-argument calls landed, by class; then where validation comes from."""
         lines = []
         for tool in dict.fromkeys(p.tool for p in self.probes):
             mine = [p for p in self.probes if p.tool == tool]
@@ -207,7 +231,7 @@ class EnvCheck:
             ]
             masked = "" if "masked fault" in by else "; none masked"
             lines.append(f"{tool}: {len(mine)} calls with wrong arguments → {', '.join(parts)}{masked}")
-        return lines
+        return [*lines, self.validation] if self.validation else lines
 
 
 def _example(schema: object) -> object:
@@ -425,7 +449,18 @@ async def acheck_report(
             found, probed = [CheckIssue("episode", f"raised {type(e).__name__}: {e}", task.id)], []
         issues += found
         probes += probed
-    return EnvCheck(dedupe(issues), probes, len(train))
+    return EnvCheck(dedupe(issues), probes, len(train), _validation_line(factory, train))
+
+
+def _validation_line(factory: EnvFactory, train: Sequence[Task]) -> str:
+    """Where a run's validation split comes from (a factory without its own is not an error: one is carved)."""
+    if (why := missing_validation(factory)) is None:
+        return f"validation: the factory's own split ({len(factory.tasks('validation'))} tasks)"
+    rest, carved = carve_validation(train)
+    return (
+        f"validation: none of its own ({why}); a run carves {len(carved)} of the {len(train)} train tasks (a hash "
+        f"of each prompt) as its validation split, training on the other {len(rest)} (docs/custom-env.md)"
+    )
 
 
 async def acheck_env(

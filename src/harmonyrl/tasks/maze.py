@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, RewardWeights, compose_reward
-from harmonyrl.envs.taskfile import draw_splits
+from harmonyrl.envs.taskfile import draw_three
 from harmonyrl.envs.tools import Tool, Toolbox, observation
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 Direction = Literal["north", "south", "east", "west"]
 DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
@@ -289,7 +289,8 @@ class MazeEnv:
 
 
 class MazeFactory:
-    """Generated mazes of one size; train and test are disjoint up to rotation and reflection."""
+    """Generated mazes of one size; train, validation and test are disjoint up to rotation and reflection
+    (validation: ``n_val`` mazes drawn after train and test, :func:`~harmonyrl.envs.taskfile.draw_three`)."""
 
     name = "maze"
 
@@ -301,14 +302,15 @@ class MazeFactory:
         size: int = 4,
         max_turns: int = 40,
         weights: RewardWeights = OUTCOME_ONLY,
+        n_val: int = 0,
     ) -> None:
         if not 2 <= size <= 12 or max_turns < 1:
             raise ValueError("size must be in [2, 12] and max_turns >= 1")
         self.seed, self.size, self.max_turns, self.weights = seed, size, max_turns, weights
-        self._train, self._test = draw_splits(self.name, seed, n_train, n_test, _draw(size))
+        self._splits = draw_three(self.name, seed, n_train, n_val, n_test, _draw(size))
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> MazeEnv:
         return MazeEnv(task, self.weights, self.max_turns)

@@ -6,7 +6,7 @@
   final message. It computes and answers on the final channel; that answer is graded exactly as the calculator
   env grades it, and the grade is the team's reward (both roles get it; credit assignment: docs/multiagent.md).
 
-The tasks are the calculator's (same seed, same problems, same held-out split), so a single agent on
+The tasks are the calculator's (same seed, same problems, same validation and held-out splits), so a single agent on
 ``env.name=calculator`` solves the very same problems: the benchmark's comparison (benchmarks/multiagent.py).
 
 The two scripted experts are deliberately imperfect, like the calculator's, so that SFT teaches the protocol and
@@ -20,7 +20,6 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from typing import Literal
 
 from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.loader import UserCodeError
@@ -28,7 +27,7 @@ from harmonyrl.envs.team import RoleExpert
 from harmonyrl.envs.turns import final_answer
 from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory, expression_of, tool_then_answer
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 PLANNER_INSTRUCTIONS = (
     "You are the planner of a team of two. You have no tools. Your teammate, the executor, has a calculator "
@@ -113,7 +112,7 @@ class _RoleFactory:
         self._team = team
         self._role = role
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+    def tasks(self, split: Split) -> Sequence[Task]:
         return self._team.tasks(split)
 
     def make(self, task: Task) -> Env:
@@ -135,14 +134,15 @@ class RelayFactory:
         p_plan: float = 0.8,
         p_tool: float = 0.8,
         p_verbose: float = 0.3,
+        n_val: int = 0,
     ) -> None:
-        self._solo = CalculatorFactory(seed, n_train, n_test, tool_timeout_s)
+        self._solo = CalculatorFactory(seed, n_train, n_test, tool_timeout_s, n_val=n_val)
         self._experts = (
             lambda task, rng: planner_demo(task, rng, p_plan),
             lambda task, rng: executor_demo(task, rng, p_tool, p_verbose),
         )
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
+    def tasks(self, split: Split) -> Sequence[Task]:
         return self._solo.tasks(split)
 
     def make(self, task: Task) -> PlannerEnv:

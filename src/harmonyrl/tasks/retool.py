@@ -9,9 +9,9 @@ is hopeless for a tiny model but a one-line program is exact. Each shape has one
 the single source of truth: the answer is that expression evaluated exactly
 (:func:`harmonyrl.tasks.calculator.evaluate`), and the expert's program is ``print(<expression>)``.
 
-The canonical key of a problem is its shape and numbers (commutative parts sorted), never its wording or the
-names in it, so rephrasing cannot carry a held-out problem into train. Splits and prefix stability come from
-:func:`harmonyrl.envs.taskfile.draw_splits`.
+The canonical key of a problem is its shape and numbers (commutative parts sorted), never its wording or the names in
+it, so rephrasing cannot carry a held-out problem into train. Splits, validation (``n_val``, drawn after train and
+test, which it leaves unchanged) and prefix stability come from :func:`harmonyrl.envs.taskfile.draw_three`.
 
 Reward is the exact final answer (:class:`~harmonyrl.envs.reward.AnswerEnv`), optionally shaped by
 :class:`~harmonyrl.envs.reward.RewardWeights`. Whatever the *code* does (a traceback, an infinite loop) is an
@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 from harmonyrl.envs.python_tool import make_python_tool
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights
@@ -39,7 +38,7 @@ from harmonyrl.errors import NotDemonstrable
 from harmonyrl.sandbox import SandboxLimits
 from harmonyrl.tasks.arith import evaluate
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.types import Message, Task
+from harmonyrl.types import Message, Split, Task
 
 DEFAULT_LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mib=256, max_processes=16, max_output_bytes=4096)
 NAMES = ("Maya", "Omar", "Lena", "Ravi", "Sofia", "Kenji", "Amara", "Lucas", "Ines", "Tomas")
@@ -162,7 +161,8 @@ def _draw(r: random.Random) -> tuple[str, Callable[[], tuple[str, str]]]:
 
 def generate_tasks(seed: int, n_train: int, n_test: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
     """(train, test): deterministic under ``seed``, prefix-stable, disjoint by canonical key."""
-    return tasks_from("retool", seed, n_train, n_test, _draw, None)
+    splits = tasks_from("retool", seed, n_train, n_test, _draw, None)
+    return splits.train, splits.test
 
 
 @cache
@@ -206,14 +206,15 @@ class RetoolFactory:
         allow_unsafe: bool = False,
         weights: RewardWeights = OUTCOME_ONLY,
         tasks_file: str | Path | None = None,
+        n_val: int = 0,
     ) -> None:
         self.seed = seed
         self.weights = weights
-        self._train, self._test = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file)
+        self._splits = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file, n_val)
         self._toolbox = Toolbox([make_python_tool(limits, allow_unsafe=allow_unsafe)])
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> AnswerEnv:
         return AnswerEnv(task, self._toolbox, INSTRUCTIONS, self.weights)

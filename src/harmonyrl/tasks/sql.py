@@ -3,11 +3,12 @@
     factory = SqlFactory(seed=0)
     env = factory.make(factory.tasks("train")[0])
 
-The database (customers, products, orders) comes from a fixed seeded generator, so every factory, every
-seed and the scripted expert see the same data; ``seed`` only chooses which questions are drawn. Questions are
-templates whose answers are computed by the template's reference SQL (one integer), and the expert's demo is
-that SQL. A question's canonical key is its template and parameters, so the split of a question never depends
-on the seed (:func:`harmonyrl.envs.taskfile.draw_splits`).
+The database (customers, products, orders) comes from a fixed seeded generator, so every factory, every seed and the
+scripted expert see the same data; ``seed`` only chooses which questions are drawn. Questions are templates whose
+answers are computed by the template's reference SQL (one integer), and the expert's demo is that SQL. A question's
+canonical key is its template and parameters, so the split of a question never depends on the seed; validation
+(``n_val``, drawn after train and test, which it leaves unchanged) comes from
+:func:`harmonyrl.envs.taskfile.draw_three`.
 
 Every query runs on a *fresh in-memory copy* of the database, with three independent guards, so nothing the
 model writes can change what the next call (or episode) sees:
@@ -39,14 +40,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 from harmonyrl.envs.reward import OUTCOME_ONLY, AnswerEnv, RewardWeights, exact_match
 from harmonyrl.envs.taskfile import tasks_from
 from harmonyrl.envs.tools import Tool, Toolbox, error_text, observation
 from harmonyrl.errors import NotDemonstrable
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.types import Message, Task
+from harmonyrl.types import Message, Split, Task
 
 DB_SEED = 20240611
 CITIES = ("Lyon", "Porto", "Leeds", "Graz", "Bergen", "Turin", "Ghent", "Krakow")
@@ -335,17 +335,18 @@ class SqlFactory:
         max_rows: int = 50,
         weights: RewardWeights = OUTCOME_ONLY,
         tasks_file: str | Path | None = None,
+        n_val: int = 0,
     ) -> None:
         if query_timeout_s <= 0 or max_rows < 1:
             raise ValueError("query_timeout_s must be > 0 and max_rows >= 1")
         self.seed = seed
         self.weights = weights
         self.db = shop()
-        self._train, self._test = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file)
+        self._splits = tasks_from(self.name, seed, n_train, n_test, _draw, tasks_file, n_val)
         self._toolbox = Toolbox([make_query_tool(self.db, query_timeout_s, max_rows)])
 
-    def tasks(self, split: Literal["train", "test"]) -> Sequence[Task]:
-        return self._train if split == "train" else self._test
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits.of(split)
 
     def make(self, task: Task) -> AnswerEnv:
         return AnswerEnv(task, self._toolbox, INSTRUCTIONS, self.weights, evidence=answer_from_query)

@@ -96,7 +96,7 @@ async def load_demos(
     rows = read_rows(path)
     train = factory.tasks("train")
     header, tools = await _env_header(factory, train)
-    test_ids = frozenset(t.id for t in factory.tasks("test"))
+    test_ids = frozenset(t.id for split in ("validation", "test") for t in factory.tasks(split))  # never shown
     ctx = _Context(
         str(path), codec, factory, {t.id: t for t in train}, test_ids, header, tools, max_seq_len, on_mismatch
     )
@@ -132,7 +132,7 @@ async def _row_demo(ctx: _Context, row: Row) -> tuple[Demo | None, Found]:
         if conv.task_id not in ctx.train:
             held_out = conv.task_id in ctx.test_ids
             kind: IssueKind = "held_out_task" if held_out else "unknown_task"
-            what = "is a held-out (test) task" if held_out else "is not one of the env's train tasks"
+            what = "is a held-out (validation or test) task" if held_out else "is not one of the env's train tasks"
             return None, [(kind, f"task_id {conv.task_id!r} {what}", True)]
         env = ctx.factory.make(ctx.train[conv.task_id])
         try:

@@ -74,5 +74,5 @@ async def make_rewarder(
             await asyncio.to_thread(check_server, server, None, config.rollout.max_seq_len)
             own = engine = VllmEngine(server, tok.vocab_size, config.rollout.max_seq_len, Path(tempfile.mkdtemp()))
         judge = Judge(engine, tok, cfg.judge)
-    prompts = {t.id: t.prompt for split in ("train", "test") for t in factory.tasks(split)}
+    prompts = {t.id: t.prompt for split in ("train", "validation", "test") for t in factory.tasks(split)}
     return RunRewarder(Rewarder(cfg, tok, prompts, model, judge), own)

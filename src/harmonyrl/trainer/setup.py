@@ -275,12 +275,15 @@ async def make_engine(
 
 
 def held_out_tasks(config: RunConfig, factory: EnvFactory) -> Sequence[Task]:
-    """The tasks of the held-out evaluation; an empty test split is an error, not a success rate of 0 %."""
-    tasks = factory.tasks("test")[: config.eval.n_tasks]
+    """The tasks of the held-out evaluation (the first ``eval.n_tasks`` of ``eval.split``: test, or validation
+    where settings are chosen); an empty split is an error, not a success rate of 0 %."""
+    split = config.eval.split
+    tasks = factory.tasks(split)[: config.eval.n_tasks]
     if not tasks:
         source = getattr(config.env, "tasks_file", None)
-        where = f' (\'{source}\' has no line with "split": "test")' if source is not None else ""
-        raise NoHeldOutTasks(f"env '{factory.name}' has no held-out tasks{where}: nothing to evaluate on")
+        where = f' (\'{source}\' has no line with "split": "{split}")' if source is not None else ""
+        which = "held-out" if split == "test" else split
+        raise NoHeldOutTasks(f"env '{factory.name}' has no {which} tasks{where}: nothing to evaluate on")
     return tasks
 
 
