@@ -1,0 +1,50 @@
+"""`benchmarks/external.py` on fake run folders: its rows are valid run configs of the ecosystem adapters, and the
+RESULT line is computed from the runs (learned = held-out gain > +10 points and > 2 SE)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark_module import load_benchmark
+from harmonyrl.config import load_config
+
+pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip install 'harmonyrl[reasoning-gym]')")
+pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip install 'harmonyrl[verifiers]')")
+
+external = load_benchmark("external")
+
+
+def fake_run(out: Path, row: str, before: float, after: float, se: float) -> None:
+    (out / row).mkdir(parents=True)
+    summary = {"success_before": before, "success_after": after, "greedy_success_before": before,
+               "greedy_success_after": after, "minutes": 6.5}  # fmt: skip
+    (out / row / "summary.json").write_text(json.dumps(summary))
+    evals = [{"phase": "eval", "step": s, "eval/success_se": se, "eval_greedy/success_se": se} for s in (0, 60)]
+    (out / row / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+
+
+def test_every_row_is_a_run_config_of_an_external_env() -> None:
+    for row in external.ROWS:
+        env = load_config(external.ROWS_DIR / f"{row}.yaml", ["env.heldout=validation"]).env
+        assert env.name in ("reasoning_gym", "verifiers") and env.heldout == "validation"
+
+
+def test_the_result_line_counts_the_rows_that_learned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_run(tmp_path, "rg_letter_counting", 0.40, 0.80, se=0.03)  # +40 points, SE 4.2: learned
+    fake_run(tmp_path, "rg_syllogism", 0.10, 0.15, se=0.02)  # +5 points: not
+    argv = ["external.py", "--table-only", "--out", str(tmp_path), "--split", "validation"]
+    argv += ["--rows", "rg_letter_counting,rg_syllogism"]
+    monkeypatch.setattr(sys, "argv", argv)
+    external.main()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == (
+        "RESULT envs=rg_letter_counting,rg_syllogism learned=1 of 2 rule=gain>10pp&>2SE split=validation"
+    )
+    assert any(line.startswith("| rg_letter_counting | 40.0% → 80.0% |") for line in lines)
+    assert (tmp_path / "external.md").read_text().startswith("split: validation")
