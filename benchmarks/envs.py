@@ -114,22 +114,21 @@ def read_row(env: str, preset: Path, out: Path, status_if_missing: str, override
     or where the run stopped if an earlier invocation started it (it was not run *this* time). A run of an older
     preset has no figures here: they would stand beside the new preset's budget."""
     cfg = load_config(preset, list(overrides))
-    budget = budget_of(cfg)
+    budget, valid = budget_of(cfg), has_validation(cfg)
     run = out / env
     if ran_another_preset(env, preset, out):
-        return EnvRow(env, budget, f"ran an older preset (delete {run} to run this one)")
+        return EnvRow(env, budget, f"ran an older preset (delete {run} to run this one)", validation=valid)
     summary = run / "summary.json"
     if not summary.is_file():
         started = status_if_missing == "not run (budget)" and (run / "metrics.jsonl").is_file()
-        return EnvRow(env, budget, where_stopped(run) if started else status_if_missing)
+        return EnvRow(env, budget, where_stopped(run) if started else status_if_missing, validation=valid)
     s = json.loads(summary.read_text())
     side = out / f"{env}.bench.json"
     load = json.loads(side.read_text()).get("load", "") if side.is_file() else ""
     figures = (s["success_before"], s["success_after"], s["greedy_success_before"], s["greedy_success_after"])
     se, bound = standard_errors(run / "metrics.jsonl", figures, cfg.eval.n_tasks)
     return EnvRow(env, budget, "done", *figures, s["minutes"], load,
-                  tool_call_rates(run / "metrics.jsonl") if has_tools(cfg) else None, se, bound,
-                  has_validation(cfg))  # fmt: skip
+                  tool_call_rates(run / "metrics.jsonl") if has_tools(cfg) else None, se, bound, valid)  # fmt: skip
 
 
 def standard_errors(

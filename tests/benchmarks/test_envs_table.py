@@ -71,8 +71,10 @@ def test_learned_means_more_than_ten_points_and_two_standard_errors(tmp_path: Pa
     assert rows[3].se_bound and rows[3].se is not None
     assert rows[3].se[:2] == pytest.approx(((0.16 / (n - 1)) ** 0.5, (0.25 / (n - 1)) ** 0.5))  # p = 0.2, then 0.5
     assert rows[4].status == "not run (budget)" and rows[4].before is None
+    valid = sum(bench.has_validation(load_config(bench.PRESETS / f"{e}.yaml", [])) for e in envs)
     assert bench.result_line(rows) == (
-        "RESULT envs=calculator,retool,sql,instruct,maze learned=2 of 5 rule=gain>10pp&>2SE split=test validation=0/5"
+        f"RESULT envs=calculator,retool,sql,instruct,maze learned=2 of 5 rule=gain>10pp&>2SE split=test "
+        f"validation={valid}/5"
     )
 
 
@@ -84,11 +86,13 @@ def test_table_has_one_row_per_env_with_figures_or_the_reason(tmp_path: Path) ->
     lines = bench.table(rows)
     assert len(lines) == 2 + 2
     calc = lines[2].split(" | ")
+    split = {e: "yes" if bench.has_validation(load_config(bench.PRESETS / f"{e}.yaml", [])) else "not yet"
+             for e in ("calculator", "maze")}  # fmt: skip
     assert calc[:10] == ["| calculator", "25.0% → 50.0%", "+25.0 ± 5.0", "50.0% → 75.0%", "+25.0 ± 7.1", "**yes**",
-                         "not yet", "3.0", "2.0 → 3.0", "—"]  # fmt: skip
+                         split["calculator"], "3.0", "2.0 → 3.0", "—"]  # fmt: skip
     maze_budget = bench.budget_of(load_config(bench.PRESETS / "maze.yaml", []))
     assert maze_budget.startswith("micro; SFT ") and "; RL " in maze_budget
-    assert lines[3] == f"| maze | not run (budget) | — | — | — | no | not yet | — | — | — | {maze_budget} |"
+    assert lines[3] == f"| maze | not run (budget) | — | — | — | no | {split['maze']} | — | — | — | {maze_budget} |"
 
 
 def test_tool_call_rates_are_the_first_and_last_evaluation(tmp_path: Path) -> None:
