@@ -5,8 +5,8 @@ rollout correction → token rewards (+ KL penalty) → advantages → epochs ×
 (+ value loss, KL loss, entropy bonus) → stability guards → metrics. :func:`rl_update` reads as those steps:
 :func:`~harmonyrl.trainer.rl_targets.old_policy` and :func:`~harmonyrl.trainer.rl_targets.loss_targets` (what the
 update reads, in :mod:`harmonyrl.trainer.rl_targets`), ``_optimize`` (each ``_optimizer_step`` runs ``_micro_batch``
-forward/loss/backward), ``_metrics``; it returns an :class:`~harmonyrl.trainer.update_result.UpdateResult`
-saying whether the update was applied.
+forward/loss/backward; each returns its figures, :mod:`harmonyrl.trainer.rl_figures`), ``_metrics``; it returns an
+:class:`~harmonyrl.trainer.update_result.UpdateResult` saying whether the update was applied.
 
 When the update is a single pass that nothing before the loss reads old log-probs for (``single_pass``,
 the default config), that pass supplies them and the no-grad pass is skipped. The first pass also records the
@@ -18,7 +18,7 @@ is chosen by ``match`` on the typed choices in ``RLConfig``. The off-policy soft
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import GptOssForCausalLM
@@ -47,7 +47,7 @@ from harmonyrl.algorithms.losses import (
 from harmonyrl.algorithms.mismatch import mismatch_metrics
 from harmonyrl.algorithms.staleness import staleness_lr_scale
 from harmonyrl.config import RLConfig
-from harmonyrl.distributed.world import SINGLE, World, broadcast, max_all, most_rows, shard_rows, sum_all
+from harmonyrl.distributed.world import SINGLE, World, broadcast, most_rows, shard_rows, sum_all
 from harmonyrl.models.grad_checkpointing import eval_mode
 from harmonyrl.models.moe_routing import NOT_ROUTED, MoeRouting
 from harmonyrl.trainer.batch import Batch, Scored, micro_batches, score
@@ -55,6 +55,7 @@ from harmonyrl.trainer.guards import restore, take_snapshot
 from harmonyrl.trainer.lr_scale import scaled_lr
 from harmonyrl.trainer.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.trainer.reference import Reference
+from harmonyrl.trainer.rl_figures import Micro, StepFigures, UpdateFigures, over_ranks
 from harmonyrl.trainer.rl_targets import (
     LossTargets,
     OldPolicy,
@@ -105,32 +106,6 @@ class _Pass:
     """Under torchrun: this rank trains its shard of each minibatch's rows (see ``_optimizer_step``)."""
 
 
-@dataclass
-class _Tally:
-    """Running figures over the update's optimizer steps, summed in a fixed order (metrics are bit-exact)."""
-
-    loss: float = 0.0
-    clip: float = 0.0
-    entropy: float = 0.0
-    value_loss: float = 0.0
-    kl_live: float = 0.0
-    norms: list[float] = field(default_factory=list)
-    first_dev: float | None = None
-    tripped: str | None = None
-    recorded: list[MoeRouting] = field(default_factory=list)
-    """The single pass's per-micro-batch routing, joined after the update."""
-
-
-@dataclass
-class _StepTally:
-    """One optimizer step's share-weighted sums over its micro-batches."""
-
-    loss: float = 0.0
-    kl_live: float = 0.0
-    entropy: float = 0.0
-    dev: float = 0.0
-
-
 def rl_update(
     model: GptOssForCausalLM,
     optimizer: torch.optim.Optimizer,
@@ -168,36 +143,37 @@ def rl_update(
     if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
         assert old.routing is not None, "single_pass() is never chosen under R2"
         train_batch = replace(batch, routing=old.routing.used)
-    tally = _Tally()
     # async: a smaller step for a gradient taken on stale samples (the bound k: replay reads only the config)
     scale = staleness_lr_scale(cfg.async_.max_staleness, cfg.async_.lr_decay)
     with scaled_lr(optimizer, scale):
-        _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world), tally)
-    tally.clip, tally.value_loss = (float(x) for x in sum_all(torch.tensor([tally.clip, tally.value_loss]), world))
+        steps = _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world))
+    figures = UpdateFigures.of(steps, world)
     if old.single:  # each rank's pass filled in its rows (zeros elsewhere): the whole batch's, on every rank
         sum_all(old.logp, world)
-    if tally.tripped is not None and snapshot is not None:
+    if figures.tripped is not None and snapshot is not None:
         restore(snapshot, model, value_head, optimizer)
-    metrics = _metrics(model, prepared, cfg, ref_model, old, targets, tally, needs_ref, world)
+    metrics = _metrics(model, prepared, cfg, ref_model, old, targets, figures, needs_ref, world)
     if cfg.async_.enabled:  # k = 0 keeps today's keys
         metrics["async/lr_scale"] = scale
-    return UpdateResult(metrics, None if tally.tripped is None else "guard")
+    return UpdateResult(metrics, None if figures.tripped is None else "guard")
 
 
-def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, tally: _Tally) -> None:
+def _optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass) -> list[StepFigures]:
     """Epochs × minibatches optimizer steps; stops at the first step a guard trips (that step not applied)."""
     order = torch.arange(p.batch.size)
     n_mb = min(p.cfg.minibatches, p.batch.size)
+    steps: list[StepFigures] = []
     for _ in range(p.cfg.epochs):
         for idx in torch.tensor_split(order, n_mb):
-            _optimizer_step(model, optimizer, p, idx, tally)
-            if tally.tripped is not None:
-                return
+            steps.append(_optimizer_step(model, optimizer, p, idx))
+            if steps[-1].tripped is not None:
+                return steps
+    return steps
 
 
 def _optimizer_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, idx: torch.Tensor, tally: _Tally
-) -> None:
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, p: _Pass, idx: torch.Tensor
+) -> StepFigures:
     """One minibatch (rows ``idx``): gradients over its micro-batches, clipping, the guards, then the step.
 
     Under torchrun this rank takes its shard of ``idx``; ``total``, the minibatch's global normaliser, counts
@@ -206,60 +182,55 @@ def _optimizer_step(
     cfg = p.cfg
     total = aggregation_units(p.targets.mask[idx], cfg.aggregation).clamp(min=1.0)
     tokens = p.targets.mask[idx].sum().clamp(min=1.0)
-    step = _StepTally()
+    micro: list[Micro] = []
+    summed: list[tuple[float, float, float, float]] = []  # (loss, kl_live, entropy, dev) over the ranks
 
     def backward() -> GuardFigures:
         row, mine = 0, idx[shard_rows(len(idx), p.world)]
         parts = list(micro_batches(p.batch.select(mine), cfg.micro_batch)) if len(mine) else []
         for mb in parts:
-            _micro_batch(model, p, mb, mine[row : row + mb.size], (total, tokens), step, tally)
+            micro.append(_micro_batch(model, p, mb, mine[row : row + mb.size], (total, tokens)))
             row += mb.size
         for _ in range(-(-most_rows(len(idx), p.world) // cfg.micro_batch) - len(parts)):
             _idle_pass(model, p, idx[:1])
-        _sum_over_ranks(step, p.world)
-        return GuardFigures(step.loss, step.kl_live if p.needs_ref else None, step.entropy)
+        summed.append(over_ranks(micro, p.world))
+        loss, kl_live, entropy, _ = summed[0]
+        return GuardFigures(loss, kl_live if p.needs_ref else None, entropy)
 
     params = [q for g in optimizer.param_groups for q in g["params"]]
     outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards)
-    if tally.first_dev is None:
-        tally.first_dev = step.dev
-    tally.norms.append(outcome.grad_norm)
-    tally.loss += step.loss
-    tally.entropy += step.entropy
-    tally.kl_live = max(tally.kl_live, step.kl_live)
-    tally.tripped = outcome.tripped
+    return StepFigures(tuple(micro), *summed[0], outcome.grad_norm, outcome.tripped)
 
 
 def _micro_batch(
-    model: torch.nn.Module,
-    p: _Pass,
-    mb: Batch,
-    rows: torch.Tensor,
-    totals: tuple[torch.Tensor, torch.Tensor],
-    step: _StepTally,
-    tally: _Tally,
-) -> None:
+    model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor, totals: tuple[torch.Tensor, torch.Tensor]
+) -> Micro:
     """Forward, loss and backward of one micro-batch (batch rows ``rows``), weighted by its share of the
-    minibatch's units, and its contribution to the step's figures. ``totals``: the minibatch's units (the
-    loss's global normaliser) and its tokens (the per-token figures': entropy, KL, clip fraction)."""
+    minibatch's units; its contributions to the step's figures. ``totals``: the minibatch's units (the loss's
+    global normaliser) and its tokens (the per-token figures': entropy, KL, clip fraction)."""
     w = mb.loss_mask.shape[1]
     mb_mask = p.targets.mask[rows, :w]
     share = aggregation_units(mb_mask, p.cfg.aggregation) / totals[0]
     token_share = float(mb_mask.sum() / totals[1])
-    scored = _forward(model, p, mb, rows, tally)
+    scored, routing = _forward(model, p, mb, rows)
     out, loss, v_loss = _mb_loss(p, scored, rows, mb_mask)
-    if v_loss is not None:
-        tally.value_loss += float(v_loss.detach()) * float(share)
     with torch.autocast(loss.device.type, enabled=False):  # under bf16 autocast: the forward only
         (loss * share).backward()
-    step.loss += float(loss.detach()) * float(share)
     with torch.no_grad():
+        kl_live = 0.0
         if p.needs_ref:
             kl_now = kl_estimate(scored.logprobs, p.targets.ref_logp[rows, :w], "k3")
-            step.kl_live += float(masked_token_mean(kl_now, mb_mask)) * token_share
-        step.entropy += float(masked_token_mean(scored.entropy.detach(), mb_mask)) * token_share
-    tally.clip += float(out.clip_fraction) * token_share
-    step.dev = max(step.dev, float(out.ratio_max_dev))
+            kl_live = float(masked_token_mean(kl_now, mb_mask)) * token_share
+        entropy = float(masked_token_mean(scored.entropy.detach(), mb_mask)) * token_share
+    return Micro(
+        loss=float(loss.detach()) * float(share),
+        kl_live=kl_live,
+        entropy=entropy,
+        clip=float(out.clip_fraction) * token_share,
+        value_loss=float(v_loss.detach()) * float(share) if v_loss is not None else 0.0,
+        dev=float(out.ratio_max_dev),
+        routing=routing,
+    )
 
 
 def _idle_pass(model: torch.nn.Module, p: _Pass, rows: torch.Tensor) -> None:
@@ -270,28 +241,20 @@ def _idle_pass(model: torch.nn.Module, p: _Pass, rows: torch.Tensor) -> None:
     (scored.logprobs.sum() * 0.0).backward()
 
 
-def _sum_over_ranks(step: _StepTally, world: World) -> None:
-    """The step's figures over the whole minibatch: each rank's share-weighted sums added, the deviation maxed."""
-    if not world.distributed:
-        return
-    summed = sum_all(torch.tensor([step.loss, step.kl_live, step.entropy], dtype=torch.float64), world)
-    step.loss, step.kl_live, step.entropy = (float(x) for x in summed)
-    step.dev = float(max_all(torch.tensor([step.dev], dtype=torch.float64), world))
-
-
-def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor, tally: _Tally) -> Scored:
-    """Score a micro-batch with gradients, routed as configured; the single pass also records its routing and
-    fills in the old log-probs (``old_logp`` is them, detached: the ratio of this pass is exactly 1)."""
+def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor) -> tuple[Scored, MoeRouting | None]:
+    """Score a micro-batch with gradients, routed as configured. The single pass also returns the routing it
+    recorded and fills in the old log-probs of its rows (``old_logp`` is them, detached: its ratio is exactly 1;
+    they are the no-grad pass's output, which this pass stands in for)."""
     routing = mb_routing(model, mb, True) if p.cfg.routing_replay != "none" else None
     if p.old.single:  # the no-grad pass would have recorded the trainer's routing: this pass does
         routing = mb_routing(model, mb, False)
-        tally.recorded.append(routing)
     scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=p.cfg.entropy_coef > 0,
                    value_head=p.critic, routing=routing, needed=mb.loss_mask,
                    share_prefix=not p.world.distributed)  # fmt: skip
-    if p.old.single:
-        p.old.logp[rows, : mb.loss_mask.shape[1]] = scored.logprobs.detach()
-    return scored
+    if not p.old.single:
+        return scored, None
+    p.old.logp[rows, : mb.loss_mask.shape[1]] = scored.logprobs.detach()
+    return scored, routing
 
 
 def _mb_loss(
@@ -324,28 +287,33 @@ def _metrics(
     ref_model: Reference | None,
     old: OldPolicy,
     targets: LossTargets,
-    tally: _Tally,
+    figures: UpdateFigures,
     needs_ref: bool,
     world: World = SINGLE,
 ) -> dict[str, float]:
     """The update's metrics: mismatch, routing, KL to the reference, guards, and the loss terms' means."""
     batch = prepared.batch
-    routed = old.routing if old.routing is not None else _joined_routing(tally.recorded, batch, world)
+    routed = old.routing if old.routing is not None else _joined_routing(figures.recorded, batch, world)
     metrics = mismatch_metrics(old.logp, batch.sampler_logprobs, batch.loss_mask, targets.correction)
     metrics.update(routing_metrics(batch, routed, int(model.config.num_experts_per_tok)))
     kl = _kl_to_reference(batch, old.logp, targets.ref_logp, ref_model, needs_ref, cfg.micro_batch)
     metrics["train/kl_ref_k3"] = kl
-    if tally.tripped is not None:
-        metrics[f"guard/trip_{tally.tripped}"] = 1.0
-    steps = max(1, len(tally.norms))
+    if figures.tripped is not None:
+        metrics[f"guard/trip_{figures.tripped}"] = 1.0
+    steps = max(1, len(figures.steps))
+    loss = entropy = kl_live = 0.0
+    for step in figures.steps:
+        loss += step.loss
+        entropy += step.entropy
+        kl_live = max(kl_live, step.kl_live)
     metrics.update(
         {
-            "guard/skipped": float(tally.tripped is not None),
-            "train/loss": tally.loss / steps,
-            "train/clip_fraction": tally.clip / steps,
-            "train/entropy": tally.entropy / steps,
-            "train/grad_norm": max(tally.norms) if tally.norms else 0.0,
-            "train/ratio_max_dev_first_mb": tally.first_dev or 0.0,
+            "guard/skipped": float(figures.tripped is not None),
+            "train/loss": loss / steps,
+            "train/clip_fraction": figures.clip / steps,
+            "train/entropy": entropy / steps,
+            "train/grad_norm": max(step.grad_norm for step in figures.steps) if figures.steps else 0.0,
+            "train/ratio_max_dev_first_mb": figures.steps[0].dev if figures.steps else 0.0,
             "train/episodes": float(batch.size),
             "train/tokens": float(batch.loss_mask.sum()),
             "train/dropped_zero_var": float(prepared.n_dropped_zero_var),
@@ -353,9 +321,9 @@ def _metrics(
         }
     )
     if isinstance(cfg.advantage, GAE | A2C):
-        metrics["train/value_loss"] = tally.value_loss / steps
+        metrics["train/value_loss"] = figures.value_loss / steps
     if needs_ref:
-        metrics["train/kl_ref_live_k3"] = tally.kl_live
+        metrics["train/kl_ref_live_k3"] = kl_live
     return metrics
 
 
