@@ -36,13 +36,14 @@ from collections.abc import Callable, Sequence, Set
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from harmonyrl.errors import UserError
 from harmonyrl.types import Split, Task
 
 SPLITS: tuple[Split, ...] = ("train", "validation", "test")
 _KEYS = frozenset({"id", "prompt", "answer", "split"})
 
 
-class TaskFileError(ValueError):
+class TaskFileError(UserError, ValueError):
     """A malformed task file; the message is ``path:line: what is wrong``."""
 
 
@@ -114,7 +115,7 @@ def load_tasks_jsonl(path: str | Path, split: Split) -> list[Task]:
     return [t for t in read_tasks_jsonl(path) if t.split == split]
 
 
-class TooFewProblems(ValueError):
+class TooFewProblems(UserError, ValueError):
     """An env asked for more distinct generated problems than its settings allow (e.g. a 3x3 maze)."""
 
 
