@@ -55,21 +55,21 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from rich.console import Console
 
 import harmonyrl.tasks.calculator as calculator_env
 import harmonyrl.trainer.loop as loop
-import harmonyrl.trainer.rl_phase as rl_phase
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.distributed.ray_envs import close_env_pool
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.telemetry.stats import over_seeds, time_to_target
+from harmonyrl.trainer.run_hooks import RunHooks
 from harmonyrl.trainer.setup import load_for, make_engine, make_factory
 
 MEDIAN_S, SIGMA = 0.5, 1.2
@@ -88,7 +88,6 @@ QUICK = ["model.preset=nano", "rollout.tasks_per_step=2", "rollout.group_size=2"
          "eval.samples_per_task=2"]  # fmt: skip
 EVALUATING = [False]
 """Set while a held-out evaluation runs: the tool answers without its delay (no batch is in flight then)."""
-EVAL, SAVE = loop.held_out_eval, rl_phase.save_progress
 
 
 def latency_s(expression: str) -> float:
@@ -122,34 +121,30 @@ class Clock:
     steps: list[tuple[int, float, dict[str, torch.Tensor] | None]] = field(default_factory=list)
 
 
-def clocked(clock: Clock) -> None:
-    """Time the next run's evaluations (the tool's delay off during them) and the end of each of its RL steps."""
-    made_eval, made_save = EVAL, SAVE
+def clocked(clock: Clock) -> RunHooks:
+    """Hooks that time the run's evaluations (the tool's delay off during them) and the end of each RL step."""
+    started: list[float] = []
 
-    def held_out_eval(*args: object) -> Callable[[], Awaitable[dict[str, float]]]:
-        run = made_eval(*args)  # type: ignore[arg-type]
+    @contextmanager
+    def on_eval() -> Iterator[None]:
+        EVALUATING[0] = True
+        started.append(time.perf_counter())
+        try:
+            yield
+        finally:
+            EVALUATING[0] = False
+            started.append(time.perf_counter())
 
-        async def timed() -> dict[str, float]:
-            EVALUATING[0] = True
-            t0 = time.perf_counter()
-            try:
-                metrics = await run()
-            finally:
-                EVALUATING[0] = False
-            clock.evals.append((t0, time.perf_counter(), metrics["eval/success"]))
-            return metrics
+    def on_eval_done(metrics: dict[str, float]) -> None:
+        t1, t0 = started.pop(), started.pop()
+        clock.evals.append((t0, t1, metrics["eval/success"]))
 
-        return timed
+    def on_step(step: int, model: torch.nn.Module) -> None:
+        keep = step % clock.every == 0 or step == clock.last
+        state = {n: t.detach().clone() for n, t in model.state_dict().items()} if keep else None
+        clock.steps.append((step, time.perf_counter(), state))
 
-    def save_progress(run_dir: Path, model: torch.nn.Module, phase: str, step: int, *args: Any, **kw: Any) -> None:
-        made_save(run_dir, model, phase, step, *args, **kw)  # type: ignore[arg-type]
-        if phase == "rl":
-            keep = step % clock.every == 0 or step == clock.last
-            state = {n: t.detach().clone() for n, t in model.state_dict().items()} if keep else None
-            clock.steps.append((step, time.perf_counter(), state))
-
-    loop.held_out_eval = held_out_eval  # type: ignore[assignment]
-    rl_phase.save_progress = save_progress  # the RL step's save (trainer/rl_phase.py)
+    return RunHooks(on_eval, on_eval_done, on_step)
 
 
 async def evaluate_states(cfg: RunConfig, start: Path, states: list[dict[str, torch.Tensor]]) -> list[float]:
@@ -158,7 +153,7 @@ async def evaluate_states(cfg: RunConfig, start: Path, states: list[dict[str, to
     tok = load_codec(cfg.model.tokenizer)
     factory = make_factory(cfg)
     engine, limits = await make_engine(cfg, load_for(start, tok, cfg.rollout.max_seq_len), None)
-    run = EVAL(cfg, engine, factory, tok, limits)
+    run = loop.held_out_eval(cfg, engine, factory, tok, limits)
     out = []
     EVALUATING[0] = True
     try:
@@ -210,9 +205,8 @@ def run_arm(k: int, threads: int, seed: int, args: argparse.Namespace, start: Pa
     run = [f"seed={seed}", f"rl.steps={args.steps}", f"model.init_from={start}", f"output_dir={args.out}"]
     cfg = load_config(None, [*RL, *args.overrides, *changes, *run, f"run_name=s{seed}k{k}t{threads}"])
     clock = Clock(args.every, args.steps)
-    clocked(clock)
     load = f"{os.getloadavg()[0]:.1f}"
-    result = asyncio.run(loop.train(cfg, console))
+    result = asyncio.run(loop.train(cfg, console, hooks=clocked(clock)))
     load += f"→{os.getloadavg()[0]:.1f}"
     (_, rl_start, begin), *_, (_, _, final) = clock.evals
     kept = [(step, t, state) for step, t, state in clock.steps if state is not None]
