@@ -54,6 +54,7 @@ import json
 import math
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -279,6 +280,8 @@ def main() -> None:
     if args.quick:
         args.seeds, args.steps, args.every, args.sft_steps, MEDIAN_S = "0", 2, 1, 4, 0.01
         args.overrides = [*QUICK, *args.overrides]
+        if args.out == Path("runs/async-bench"):  # a smoke test never collides with an earlier run's folders
+            args.out = Path(tempfile.mkdtemp(prefix="harmonyrl-async-"))
     console = Console()
     ks = [int(x) for x in args.ks.split(",")]
     if ks[0] != 0:

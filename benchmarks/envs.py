@@ -1,14 +1,17 @@
 """Does every built-in environment learn? One RL run per env from its preset, test-split success before → after.
 
-    python benchmarks/envs.py [--envs maze,sql] [--out DIR] [--deadline HH:MM] [--table-only] [--quick]
+    python benchmarks/envs.py [--envs maze,sql] [--split test|validation] [--out DIR] [--deadline HH:MM]
+                              [--table-only] [--quick]
 
 Each env runs ``harmonyrl train -c src/harmonyrl/presets/<env>.yaml threads=1`` in a subprocess (SFT warm start
 on the env's scripted expert → held-out eval → RL → held-out eval), one after the other, cheapest first.
 
-**Splits.** The held-out evaluations of ``harmonyrl train`` are on the test split. Presets (every "chosen setting")
-are to be decided on the validation split (``EnvFactory.tasks("validation")``, issue 41 item 1) and the test
-figure measured once after the choice; the table's header says whether the env has a validation split yet (an env
-without one had its preset chosen on the same test tasks it is scored on: read those rows as optimistic).
+**Splits.** ``--split`` (``eval.split`` of every run; default ``test``) picks the held-out split the runs evaluate
+on. Presets (every "chosen setting") are decided on the validation split (``EnvFactory.tasks("validation")``, issue 41
+item 1: ``--split validation`` while choosing) and the test figure is measured once after the choice (``--split
+test``, the documented figure). The table says whether each env has a validation split (an env without one had its
+preset chosen on the same test tasks it is scored on: read such a row as optimistic). The two splits' runs live in
+different ``--out`` folders (default ``runs/envs`` and ``runs/envs-validation``).
 
 **Learned** (:func:`harmonyrl.telemetry.stats.learned`): the test gain in pass@1 (sampled at T=1) exceeds +10
 points **and** 2 standard errors. The SE of each evaluation is clustered by task (``eval/success_se``: a task's
@@ -22,7 +25,7 @@ Finished runs in ``--out`` are reused and a stopped one is resumed (``--resume``
 continues where it stopped; a run whose preset now sets other values is refused (delete its folder). With
 ``--deadline`` (UTC), a run still going then is stopped (kept for resuming) and envs not started are reported as
 "not run (budget)" — never a made-up figure. Writes ``envs.md`` (the table) and ``envs.png`` (before → after per
-env) into ``--out``. Last line: ``RESULT envs=a,b,… learned=N of M rule=gain>10pp&>2SE split=test
+env) into ``--out``. Last line: ``RESULT envs=a,b,… learned=N of M rule=gain>10pp&>2SE split=test|validation
 validation=K/M`` (M: the selected envs, run or not; K: how many have a validation split). ``--quick``: the
 calculator alone with a tiny model and budget, in its own folder (a smoke test, a minute or two).
 """
@@ -251,11 +254,11 @@ def table(rows: list[EnvRow]) -> list[str]:
     return lines
 
 
-def result_line(rows: list[EnvRow]) -> str:
-    """``RESULT envs=a,b,… learned=N of M rule=… split=test validation=K/M``: M counts every selected env, run or
+def result_line(rows: list[EnvRow], split: str = "test") -> str:
+    """``RESULT envs=a,b,… learned=N of M rule=… split=… validation=K/M``: M counts every selected env, run or
     not; K those with a validation split."""
     return (f"RESULT envs={','.join(r.env for r in rows)} learned={sum(r.learned for r in rows)} of {len(rows)} "
-            f"rule=gain>10pp&>2SE split=test validation={sum(r.validation for r in rows)}/{len(rows)}")  # fmt: skip
+            f"rule=gain>10pp&>2SE split={split} validation={sum(r.validation for r in rows)}/{len(rows)}")  # fmt: skip
 
 
 def plot(rows: list[EnvRow], path: Path) -> None:
@@ -311,10 +314,13 @@ def main() -> None:
     parser.add_argument("--deadline", default=None, help="HH:MM UTC: stop the run going then, start no other")
     parser.add_argument("--table-only", action="store_true", help="only tabulate the finished runs in --out")
     parser.add_argument("--quick", action="store_true", help="calculator only, tiny model and budget: a smoke test")
+    parser.add_argument("--split", choices=("test", "validation"), default="test", help="held-out split: eval.split")
     args = parser.parse_args()
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = (f"eval.split={args.split}",)
+    if args.split == "validation" and args.out == Path("runs/envs"):
+        args.out = Path("runs/envs-validation")  # a test-split run must not be reused for validation
     if args.quick:
-        args.envs, overrides = "calculator", QUICK
+        args.envs, overrides = "calculator", (*QUICK, *overrides)
         args.out = args.out if args.out != Path("runs/envs") else Path(tempfile.mkdtemp(prefix="harmonyrl-envs-"))
     envs = parse_envs(args.envs)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -331,7 +337,7 @@ def main() -> None:
     plot(rows, args.out / "envs.png")
     print("\n".join(lines))
     print(f"table: {args.out / 'envs.md'}  plot: {args.out / 'envs.png'}  load average now {_load()}")
-    print(result_line(rows))
+    print(result_line(rows, args.split))
 
 
 if __name__ == "__main__":
