@@ -1,18 +1,23 @@
-"""On-policy distillation against RL alone and SFT on the teacher's samples: a small student, a larger teacher
-trained here, equal student steps, over seeds.
+"""On-policy distillation against RL alone and SFT on the teacher's samples: a student, a stronger teacher trained
+here, equal student steps, over seeds.
 
-    python benchmarks/distill.py [--seeds 0,1,2] [--steps 12] [--every 4] [--teacher CKPT] [--out DIR]
-                                 [--quick] [key=value ...]
+    python benchmarks/distill.py [--seeds 0,1,2] [--steps 10] [--every 5] [--teacher CKPT] [--warm CKPT]
+                                 [--out DIR] [--quick] [key=value ...]
 
-**Teacher.** A wider and deeper preset (``--teacher-preset``, default ``micro``) trained here on the calculator:
-``harmonyrl train`` with ``--teacher-sft`` SFT steps and ``--teacher-rl`` RL steps (or ``--teacher CKPT``, a
-checkpoint made before). Its held-out success is measured per seed on the same held-out tasks, samples and
-seeds as the students'.
+**Teacher.** ``--teacher-preset`` trained here on the calculator: ``harmonyrl train`` with ``--teacher-sft`` SFT
+steps and ``--teacher-rl`` RL steps (or ``--teacher CKPT``, a checkpoint made before). Its held-out success is
+measured per seed on the same held-out tasks, samples and seeds as the students'. **The default teacher is the
+student's own preset (micro) trained longer, not a larger one**: on two shared cores the ``small`` preset's SFT
+costs ~0.9 s a step (400 steps: 6 minutes, the whole budget), and a ``nano`` student (tried with a micro teacher:
+0 % held-out pass@1 at T = 1 after 150 and 400 SFT steps, greedy ≤ 14 %) gives RL no reward to learn from and moves
+in none of the three arms within the budget. ``--teacher-preset small`` (with a longer budget) is the issue's
+wider/deeper pairing.
 
-**Student.** ``--student-preset`` (default ``nano``: the default budget must run in ~10 minutes on two shared
-cores; ``--student-preset micro --teacher-preset small`` is the issue's pairing at a larger budget). For each seed
-one warm start (``--student-sft`` SFT steps on the scripted expert), then three arms from it, each ``--steps``
-student updates of ``rollout.tasks_per_step × rollout.group_size`` episodes:
+**Student.** ``--student-preset`` (default ``micro``). One warm start
+(``--student-sft`` SFT steps on the scripted expert, seed 0), shared by the seeds (the budget again: the seeds vary
+the student's sampling, the SFT arm's teacher samples and order, and the evaluations' sampling, not the warm start);
+then, per seed, three arms from it, each ``--steps`` student updates of ``rollout.tasks_per_step ×
+rollout.group_size`` episodes (default sizes: :data:`BUDGET`):
 
 * ``rl``: RL on the env's reward (the default GRPO update);
 * ``distill``: the same run with ``rl.distill.teacher`` (the env's reward kept, ``rl.distill.weight``): every
@@ -23,12 +28,13 @@ student updates of ``rollout.tasks_per_step × rollout.group_size`` episodes:
   cross-entropy on the teacher's sampled tokens only.
 
 **Measured.** Held-out pass@1 (``eval.n_tasks`` tasks × ``eval.samples_per_task`` samples at T = 1) before,
-every ``--every`` steps and at the end; student minutes: the wall time of the student's steps (rollouts and
-updates, with the teacher's scoring pass for ``distill``; the teacher's sampling and the SFT steps for ``sft``),
-evaluations excluded. Steps (and minutes) to reach ``--fraction`` of the teacher's held-out success: the first
-evaluation at or above it (``inf`` if none). Arms alternate their order with the seed (the machine's load drifts).
+every ``--every`` steps and at the end, and greedy success at the end; student minutes: the wall time of the
+student's steps (rollouts and updates, with the teacher's scoring pass for ``distill``; the teacher's sampling and
+the SFT steps for ``sft``), evaluations excluded. Steps to reach ``--fraction`` of the teacher's held-out success:
+the first evaluation at or above it (``inf`` if none). Arms alternate their order with the seed (the machine's
+load drifts).
 
-**Reported.** A table per seed and arm, and ``RESULT teacher=… rl=… sft=… distill=… rl_min=… sft_min=…
+**Reported.** A table per seed and arm, and ``RESULT teacher=… rl=… sft=… distill=… *_greedy=… rl_min=… sft_min=…
 distill_min=… distill_vs_rl_pp=… distill_vs_sft_pp=… fraction=… rl_steps_to=… sft_steps_to=… distill_steps_to=…
 seeds=…``: held-out pass@1 means over seeds with ``_se`` standard errors (:func:`harmonyrl.telemetry.stats.mean_se`);
 the ``_vs_`` gaps in points, paired by seed; ``*_steps_to``: mean over seeds of the steps to ``fraction`` × the
@@ -72,12 +78,22 @@ QUICK = ["rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_new_to
          "eval.samples_per_task=1", "env.n_train=64", "env.n_test=8"]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Score:
+    """Held-out success of one evaluation: pass@1 at T = 1 (``eval/success``) and greedy (``eval_greedy/success``)."""
+
+    sampled: float
+    greedy: float
+
+
 @dataclass
 class Arm:
-    """One arm of one seed: its held-out curve ``[(step, pass@1)]`` and its student seconds per step."""
+    """One arm of one seed: its held-out curve ``[(step, pass@1)]``, its final greedy success and its student
+    seconds per step."""
 
     curve: list[tuple[int, float]] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
+    greedy: float = math.nan
 
     @property
     def final(self) -> float:
@@ -100,13 +116,14 @@ def main() -> None:
     teacher = args.teacher or _train_teacher(args, common, out, console)
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[int, dict[str, Arm]] = {}
-    teacher_success: dict[int, float] = {}
+    teacher_success: dict[int, Score] = {}
+    warm_cfg = [*common, f"model.preset={args.student_preset}", f"sft.steps={args.student_sft}", "run_name=warm",
+                f"output_dir={out}"]  # fmt: skip
+    warm = args.warm or asyncio.run(sft_only(load_config(None, warm_cfg), console))  # shared by the seeds
     for i, seed in enumerate(seeds):
         console.rule(f"seed {seed}")
         base = [*common, f"seed={seed}", f"output_dir={out / f'seed{seed}'}"]
         teacher_success[seed] = asyncio.run(_evaluate(load_config(None, [*base, *_preset(teacher)]), teacher))
-        warm_cfg = [*base, f"model.preset={args.student_preset}", f"sft.steps={args.student_sft}", "run_name=warm"]
-        warm = asyncio.run(sft_only(load_config(None, warm_cfg), console))
         student = [*base, f"model.preset={args.student_preset}", f"model.init_from={warm}", "sft.steps=0",
                    f"rl.steps={args.steps}"]  # fmt: skip
         order = ARMS if i % 2 == 0 else tuple(reversed(ARMS))
@@ -117,10 +134,11 @@ def main() -> None:
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=12, help="student updates per arm")
-    p.add_argument("--every", type=int, default=4, help="held-out evaluation every N student steps")
-    p.add_argument("--student-preset", default="nano")
-    p.add_argument("--student-sft", type=int, default=150, help="SFT steps of each seed's student warm start")
+    p.add_argument("--steps", type=int, default=10, help="student updates per arm")
+    p.add_argument("--every", type=int, default=5, help="held-out evaluation every N student steps")
+    p.add_argument("--student-preset", default="micro")
+    p.add_argument("--student-sft", type=int, default=300, help="SFT steps of the student's warm start")
+    p.add_argument("--warm", type=Path, default=None, help="a student warm start made before (skips the SFT)")
     p.add_argument("--teacher-preset", default="micro")
     p.add_argument("--teacher-sft", type=int, default=400)
     p.add_argument("--teacher-rl", type=int, default=10)
@@ -133,6 +151,7 @@ def _parse() -> argparse.Namespace:
     args = p.parse_args()
     if args.quick:
         args.seeds, args.steps, args.every, args.student_sft, args.teacher_sft, args.teacher_rl = "0", 2, 1, 3, 3, 1
+        args.student_preset = args.teacher_preset = "nano"
     return args
 
 
@@ -148,8 +167,9 @@ def _train_teacher(args: argparse.Namespace, common: list[str], out: Path, conso
     return result.run_dir / "checkpoints" / "final"
 
 
-async def _evaluate(cfg: RunConfig, checkpoint: Path) -> float:
-    return (await eval_only(cfg, checkpoint, Console(quiet=True)))["eval/success"]
+async def _evaluate(cfg: RunConfig, checkpoint: Path) -> Score:
+    metrics = await eval_only(cfg, checkpoint, Console(quiet=True))
+    return Score(metrics["eval/success"], metrics["eval_greedy/success"])
 
 
 def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespace, console: Console) -> Arm:
@@ -162,7 +182,7 @@ def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespa
     # the evaluations before and after RL have rows of their own; a periodic one is on its step's RL row
     curve = [(int(str(r["step"])), float(str(r["eval/success"]))) for r in rows if "eval/success" in r]
     seconds = [float(str(r["time/step_s"])) for r in rows if r["phase"] == "rl"]
-    return Arm(_deduplicated(curve), seconds)
+    return Arm(_deduplicated(curve), seconds, result.greedy_after)
 
 
 def _deduplicated(curve: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -177,9 +197,10 @@ async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int) -> Arm
     samples = await _teacher_samples(cfg, teacher, steps)
     sampling_s = time.monotonic() - start
     assert cfg.model.init_from is not None
-    arm = Arm([(0, await _evaluate(cfg, cfg.model.init_from))], [sampling_s])
+    first = await _evaluate(cfg, cfg.model.init_from)
+    arm = Arm([(0, first.sampled)], [sampling_s], first.greedy)
     if not samples:  # the teacher solved none: nothing to imitate, the student stays where it started
-        arm.curve.append((steps, arm.curve[0][1]))
+        arm.curve.append((steps, first.sampled))
         return arm
     tok = load_codec(cfg.model.tokenizer)
     model = make_model(cfg, tok)
@@ -203,8 +224,9 @@ async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int) -> Arm
         optimizer.step()
         arm.step_s.append(time.monotonic() - t0)
         if step % every == 0 or step == steps:
-            saved = save_checkpoint(folder / f"step{step}", model, None, step, {})
-            arm.curve.append((step, await _evaluate(cfg, saved)))
+            scored_now = await _evaluate(cfg, save_checkpoint(folder / f"step{step}", model, None, step, {}))
+            arm.curve.append((step, scored_now.sampled))
+            arm.greedy = scored_now.greedy
     return arm
 
 
@@ -224,33 +246,46 @@ async def _teacher_samples(cfg: RunConfig, teacher: Path, steps: int) -> list[Tr
 
 
 def _report(
-    results: dict[int, dict[str, Arm]], teacher: dict[int, float], args: argparse.Namespace, console: Console, out: Path
+    results: dict[int, dict[str, Arm]], teacher: dict[int, Score], args: argparse.Namespace, console: Console, out: Path
 ) -> None:
     seeds = sorted(results)
     table = Table(title=f"distillation: {args.steps} student steps, student {args.student_preset}, "
                         f"teacher {args.teacher_preset}")  # fmt: skip
-    for col in ("seed", "arm", "pass@1 curve (step: value)", "final", "student min", f"steps to {args.fraction:g}×T"):
+    cols = (
+        "seed",
+        "arm",
+        "pass@1 curve (step: value)",
+        "final",
+        "greedy",
+        "student min",
+        f"steps to {args.fraction:g}×T",
+    )
+    for col in cols:
         table.add_column(col, justify="right")
     for seed in seeds:
-        target = args.fraction * teacher[seed]
+        target = args.fraction * teacher[seed].sampled
         for arm in ARMS:
             a = results[seed][arm]
             curve = " ".join(f"{s}:{v:.2f}" for s, v in a.curve)
-            table.add_row(str(seed), arm, curve, f"{a.final:.3f}", f"{a.minutes:.2f}", f"{a.steps_to(target):g}")
-        table.add_row(str(seed), "teacher", "", f"{teacher[seed]:.3f}", "", "")
+            table.add_row(str(seed), arm, curve, f"{a.final:.3f}", f"{a.greedy:.3f}", f"{a.minutes:.2f}",
+                          f"{a.steps_to(target):g}")  # fmt: skip
+        table.add_row(str(seed), "teacher", "", f"{teacher[seed].sampled:.3f}", f"{teacher[seed].greedy:.3f}", "", "")
     console.print(table)
-    summary: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "teacher": teacher,
+    summary: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()},
+                               "teacher": {s: vars(t) for s, t in teacher.items()},
                                "arms": {s: {a: vars(results[s][a]) for a in ARMS} for s in seeds}}  # fmt: skip
     (out / "distill.json").write_text(json.dumps(summary, indent=1, default=str))
-    fields = [_est("teacher", [teacher[s] for s in seeds])]
+    fields = [_est("teacher", [teacher[s].sampled for s in seeds])]
     fields += [_est(arm, [results[s][arm].final for s in seeds]) for arm in ARMS]
+    fields += [_est("teacher_greedy", [teacher[s].greedy for s in seeds])]
+    fields += [_est(f"{arm}_greedy", [results[s][arm].greedy for s in seeds]) for arm in ARMS]
     fields += [f"{arm}_min={statistics.fmean(results[s][arm].minutes for s in seeds):.2f}" for arm in ARMS]
     for other in ("rl", "sft"):
         gaps = [100 * (results[s]["distill"].final - results[s][other].final) for s in seeds]
         fields.append(_est(f"distill_vs_{other}_pp", gaps, digits=1))
     fields.append(f"fraction={args.fraction:g}")
     for arm in ARMS:
-        reach = [results[s][arm].steps_to(args.fraction * teacher[s]) for s in seeds]
+        reach = [results[s][arm].steps_to(args.fraction * teacher[s].sampled) for s in seeds]
         fields.append(f"{arm}_steps_to={statistics.fmean(reach):g}")
     fields.append(f"seeds={','.join(map(str, seeds))}")
     print(f"details: {out / 'distill.json'}")

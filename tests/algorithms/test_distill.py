@@ -57,3 +57,14 @@ def test_nothing_masked_gives_zeros_and_no_gradient_flows() -> None:
 def test_shapes_must_agree() -> None:
     with pytest.raises(ValueError, match="one shape"):
         reverse_kl_advantage(torch.zeros(1, 2), torch.zeros(1, 3), torch.ones(1, 2), 1.0)
+
+
+def test_centring_subtracts_the_batch_mean_over_the_masked_tokens() -> None:
+    # k on the mask = [3, 1, 2] (one masked-out position holds 100): mean 2 → advantage -(k - 2) = [-1, 1, 0]
+    s = torch.tensor([[3.0, 1.0, 100.0], [2.0, 0.0, 0.0]])
+    t = torch.zeros(2, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    term = reverse_kl_advantage(s, t, mask, weight=1.0, center=True)
+    assert torch.equal(term.advantage, torch.tensor([[-1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert torch.equal(term.reverse_kl, torch.tensor([[3.0, 1.0, 0.0], [2.0, 0.0, 0.0]]))  # the metric is uncentred
+    assert float(term.advantage.sum()) == 0.0  # a baseline: the term sums to 0 over the batch

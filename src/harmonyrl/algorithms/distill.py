@@ -31,19 +31,24 @@ class DistillTerm:
     """The distillation term of one batch."""
 
     advantage: torch.Tensor
-    """``[B, T-1]``: ``-weight · (student_logp - teacher_logp)`` on the mask, 0 elsewhere."""
+    """``[B, T-1]``: ``-weight · (student_logp - teacher_logp)`` (less the batch mean if centred) on the mask, 0
+    elsewhere."""
     reverse_kl: torch.Tensor
     """``[B, T-1]``: the per-token reverse-KL estimate ``student_logp - teacher_logp`` on the mask, 0 elsewhere."""
 
 
 def reverse_kl_advantage(
-    student_logp: torch.Tensor, teacher_logp: torch.Tensor, mask: torch.Tensor, weight: float
+    student_logp: torch.Tensor, teacher_logp: torch.Tensor, mask: torch.Tensor, weight: float, center: bool = False
 ) -> DistillTerm:
     """The per-token distillation advantage of sampled tokens.
 
     ``student_logp``: ``[B, T-1]`` log-probs of the sampled ids under the policy that sampled them;
     ``teacher_logp``: ``[B, T-1]`` the teacher's log-probs of the same ids; ``mask``: ``[B, T-1]`` (0/1);
-    ``weight`` ≥ 0 scales the advantage. Computed in the inputs' dtype; no gradient flows (both are targets).
+    ``weight`` ≥ 0 scales the advantage. ``center`` subtracts the batch's mean ``k̄`` over the masked tokens
+    first: ``-weight · (k_t - k̄)``. A baseline that does not depend on the token leaves the expected gradient as
+    it is (``E_π[∇log π] = 0``); without it every advantage is negative on average (``E[k] = KL ≥ 0``), so each
+    update pushes every sampled token down and the student's entropy climbs (measured: docs/distill.md).
+    Computed in the inputs' dtype; no gradient flows (both are targets).
     """
     if student_logp.shape != teacher_logp.shape or student_logp.shape != mask.shape:
         raise ValueError(
@@ -52,7 +57,8 @@ def reverse_kl_advantage(
         )
     m = mask.to(student_logp.dtype)
     kl = (student_logp.detach() - teacher_logp.detach()) * m
-    return DistillTerm(advantage=-weight * kl, reverse_kl=kl)
+    baseline = kl.sum() / m.sum().clamp(min=1) if center else torch.zeros((), dtype=kl.dtype)
+    return DistillTerm(advantage=-weight * (kl - baseline) * m, reverse_kl=kl)
 
 
 def distill_metrics(term: DistillTerm, student_logp: torch.Tensor, teacher_logp: torch.Tensor,

@@ -39,6 +39,9 @@ class DistillConfig(Frozen):
     """Scale of the per-token advantage ``-(log π_student - log π_teacher)`` added to the env's advantage."""
     env_reward: bool = True
     """Keep the env's reward advantage beside the teacher's term (False: distillation alone)."""
+    center: bool = True
+    """Subtract the batch's mean per-token reverse KL from the term (a baseline: same expected gradient, without
+    the push-down of every sampled token that raises the student's entropy; docs/distill.md)."""
 
     @field_validator("teacher")
     @classmethod

@@ -204,6 +204,7 @@ def loss_targets(cfg: RLConfig, batch: Batch, old: OldPolicy, ref_logp: torch.Te
     adv, returns = token_advantages(cfg.advantage, batch, penalty, old.values)
     if cfg.distill is not None:  # on-policy distillation: the teacher's per-token term (algorithms/distill.py)
         assert batch.teacher_logprobs is not None, "the learner scores the batch with the teacher first"
-        term = reverse_kl_advantage(batch.sampler_logprobs, batch.teacher_logprobs, m, cfg.distill.weight)
-        adv = term.advantage + (adv if cfg.distill.env_reward else torch.zeros_like(adv))
+        d = cfg.distill
+        term = reverse_kl_advantage(batch.sampler_logprobs, batch.teacher_logprobs, m, d.weight, d.center)
+        adv = term.advantage + (adv if d.env_reward else torch.zeros_like(adv))
     return LossTargets(old_logp, adv, returns, weights, m, ref_logp, correction)
