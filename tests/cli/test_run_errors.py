@@ -212,16 +212,16 @@ def test_a_full_disk_mid_run_says_what_was_kept_and_the_run_resumes(
 
 
 def test_a_full_disk_on_a_metrics_row_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harmonyrl.telemetry.metrics import JsonlSink
+    from harmonyrl.telemetry.metrics import JsonlWriter
 
-    real_write = JsonlSink.write
+    real_write = JsonlWriter.write
 
-    def write(self: JsonlSink, step: int, metrics: dict[str, float], phase: str) -> None:
+    def write(self: JsonlWriter, step: int, metrics: dict[str, float], phase: str) -> None:
         if phase == "rl":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_write(self, step, metrics, phase)
 
-    monkeypatch.setattr(JsonlSink, "write", write)
+    monkeypatch.setattr(JsonlWriter, "write", write)
     text = one_line_error(runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=r"]), code=1)
     assert "No space left on device" in text and "no resumable checkpoint" in text
 

@@ -1,4 +1,4 @@
-"""Metrics: per-step summaries of rollouts and a JSONL sink (one JSON object per line, flushed per write).
+"""Metrics: per-step summaries of rollouts and a JSONL writer (one JSON object per line, flushed per write).
 
 Keys are namespaced: ``rollout/`` (what the agent did), ``env/`` (environment faults by class),
 ``train/`` (the update), ``mismatch/`` (sampler vs trainer), ``time/`` (where the wall clock went),
@@ -51,7 +51,7 @@ def time_split(trajs: Sequence[Trajectory]) -> dict[str, float]:
     return {"time/episode_generation_s": gen, "time/episode_tool_s": tool}
 
 
-class JsonlSink:
+class JsonlWriter:
     """Appends one JSON line per step. Non-finite floats are written as strings so the file stays JSON."""
 
     def __init__(self, path: Path) -> None:

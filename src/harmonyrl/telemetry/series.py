@@ -7,7 +7,8 @@ Series = dict[str, tuple[list[int], list[float]]]
 
 
 def as_float(value: object) -> float | None:
-    """Numbers, and the strings JsonlSink writes for non-finite floats ("nan", "inf"); anything else is not a metric."""
+    """Numbers, and the strings JsonlWriter writes for non-finite floats ("nan", "inf"); anything else is not a
+    metric."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):

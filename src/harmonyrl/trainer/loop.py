@@ -28,7 +28,7 @@ from harmonyrl.models.tiny_gpt_oss import num_parameters
 from harmonyrl.rollout.fit import warn_if_prompts_do_not_fit
 from harmonyrl.tasks.factory import check_before_compute
 from harmonyrl.telemetry.progress import StepProgress, duration_text
-from harmonyrl.telemetry.sinks import MultiSink
+from harmonyrl.telemetry.writers import MultiWriter
 from harmonyrl.trainer.checkpoint import save_checkpoint
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.ranks import open_run_on
@@ -48,7 +48,7 @@ from harmonyrl.trainer.setup import (
     make_engine,
     make_factory,
     open_run,
-    open_sinks,
+    open_writers,
     setup_process,
     sft_plan,
 )
@@ -115,10 +115,10 @@ async def _train_in(
     hooks: RunHooks = NO_HOOKS,
 ) -> TrainResult:
     """``train`` once its run folder is open: everything that writes to it."""
-    sink = open_sinks(config, run_dir) if world.is_main else MultiSink([])
+    writer = open_writers(config, run_dir) if world.is_main else MultiWriter([])
     progress = StepProgress(console, config.telemetry.progress_every_s)
     files = CheckpointFiles(config, tok)  # tokenizer + resolved config, beside the weights of every checkpoint
-    ctx = RunContext(config, console, run_dir, model, tok, factory, files, sink, progress, world, clock, hooks)
+    ctx = RunContext(config, console, run_dir, model, tok, factory, files, writer, progress, world, clock, hooks)
     where = f"  resuming after {saved.phase} step {saved.step}" if saved else ""
     preset = f"  preset {config.preset}" if config.preset else ""
     console.print(
@@ -133,7 +133,7 @@ async def _train_in(
     if (plan := sft_plan(config)) is not None and not in_rl:
         console.print(plan, highlight=False, soft_wrap=True)
     if config.sft.steps > 0 and not in_rl:  # from model.init_from too, when sft.steps is given with it
-        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved, world, clock)
+        await run_sft(model, tok, factory, config, writer, progress, run_dir, saved, world, clock)
         if world.is_main:
             save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, files)
 
@@ -146,7 +146,7 @@ async def _train_in(
         evaluated = saved_eval(run_dir) if in_rl else await progress.during("eval", "held-out before RL", held_out())
     before = broadcast(evaluated, world)
     if not in_rl:
-        sink.write(0, before, "eval")
+        writer.write(0, before, "eval")
     console.print(
         f"held-out before RL: pass@1 [bold]{before['eval/success']:.1%}[/]  "
         f"greedy [bold]{before['eval_greedy/success']:.1%}[/]"
@@ -163,11 +163,11 @@ async def _train_in(
 
     # 4. held-out evaluation of the trained policy
     after = await progress.during("eval", "held-out after RL", held_out())
-    sink.write(config.rl.steps, after, "eval")
+    writer.write(config.rl.steps, after, "eval")
     await engine.close()
     if rewarder is not None:
         await rewarder.close()
-    sink.close()
+    writer.close()
     result = TrainResult(
         run_dir,
         before["eval/success"],
@@ -227,13 +227,13 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
     if saved is not None:
         console.print(f"run folder [bold]{run_dir}[/]  resuming after sft step {saved.step}")
     with run_failures(run_dir):  # as in ``train``: a full disk is one line, any other error is logged there
-        sink = open_sinks(config, run_dir)
+        writer = open_writers(config, run_dir)
         if (plan := sft_plan(config)) is not None:
             console.print(plan, highlight=False, soft_wrap=True)
         progress = StepProgress(console, config.telemetry.progress_every_s)
-        await run_sft(model, tok, factory, config, sink, progress, run_dir, saved)
+        await run_sft(model, tok, factory, config, writer, progress, run_dir, saved)
         close_env_pool(factory)
-        sink.close()
+        writer.close()
         return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
 
 

@@ -25,7 +25,7 @@ from harmonyrl.rewards.config import RMTrainConfig
 from harmonyrl.rewards.model import RewardModel, answer_ids, save_reward_model
 from harmonyrl.rewards.pair_files import PairFile, read_pairs
 from harmonyrl.rewards.pairs import Pair
-from harmonyrl.telemetry.metrics import JsonlSink
+from harmonyrl.telemetry.metrics import JsonlWriter
 from harmonyrl.trainer.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.trainer.setup import load_for, setup_process
 
@@ -134,10 +134,10 @@ def train_reward_model(cfg: RMTrainConfig, loaded: PairFile | None = None) -> RM
                 cfg.max_len), p.margin) for p in pairs]  # fmt: skip
 
     train_enc, test_enc = encode(train), encode(test)
-    sink = JsonlSink(cfg.out / "metrics.jsonl")
-    sink.write(0, {"rm/train_pairs": float(len(train)), "rm/held_out_pairs": float(len(test)),
+    writer = JsonlWriter(cfg.out / "metrics.jsonl")
+    writer.write(0, {"rm/train_pairs": float(len(train)), "rm/held_out_pairs": float(len(test)),
                    "rm/skipped_rows": float(len(loaded.issues))}, "rm")  # fmt: skip
-    sink.write(0, held_out_metrics(rm, test_enc, cfg.centring, cfg.batch_size), "rm_eval")
+    writer.write(0, held_out_metrics(rm, test_enc, cfg.centring, cfg.batch_size), "rm_eval")
     optimizer = torch.optim.AdamW(rm.parameters(), lr=cfg.lr, weight_decay=0.0)
     next_batch = _batches(len(train_enc), min(cfg.batch_size, len(train_enc)), cfg.seed)
     rm.train()
@@ -156,11 +156,11 @@ def train_reward_model(cfg: RMTrainConfig, loaded: PairFile | None = None) -> RM
             return GuardFigures(seen["rm/loss"])
 
         outcome = optimizer_step(optimizer, list(rm.parameters()), backward, cfg.max_grad_norm)
-        sink.write(step, seen | {"rm/grad_norm": outcome.grad_norm}, "rm")
+        writer.write(step, seen | {"rm/grad_norm": outcome.grad_norm}, "rm")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             final = held_out_metrics(rm, test_enc, cfg.centring, cfg.batch_size)
-            sink.write(step, final, "rm_eval")
-    sink.close()
+            writer.write(step, final, "rm_eval")
+    writer.close()
     path = save_reward_model(rm, cfg.out / "checkpoint")
     result = RMResult(path, len(train), len(test), final["rm_eval/accuracy"], final["rm_eval/ece"], len(loaded.issues))
     summary = {k: (str(v) if isinstance(v, Path) else v) for k, v in result.__dict__.items()}

@@ -97,7 +97,7 @@ class RLPhase:
         metrics |= step_times(t0, t1, t2, trajectories, batch)
         metrics |= self.pipeline.step_metrics() if batch is not None else {}
         metrics |= await self._evaluate_at(step + 1)
-        ctx.sink.write(step + 1, metrics, "rl")
+        ctx.writer.write(step + 1, metrics, "rl")
         self._save(step + 1, batch)
         if ctx.world.is_main:
             ctx.hooks.on_step(step + 1, ctx.model)

@@ -1,5 +1,5 @@
 """What every phase of ``harmonyrl train`` reads and writes through: the run's config, folder, model, codec, env,
-metrics sinks, progress display, the process's place in a torchrun launch, the run's clock and a caller's hooks."""
+metrics writers, progress display, the process's place in a torchrun launch, the run's clock and a caller's hooks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from harmonyrl.distributed.world import World
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.harmony.codecs import RunCodec
 from harmonyrl.telemetry.progress import StepProgress
-from harmonyrl.telemetry.sinks import MetricsSink
+from harmonyrl.telemetry.writers import MetricsWriter
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.run_clock import RunClock
 from harmonyrl.trainer.run_hooks import NO_HOOKS, RunHooks
@@ -32,7 +32,7 @@ class RunContext:
     tok: RunCodec
     factory: EnvFactory
     files: CheckpointFiles
-    sink: MetricsSink
+    writer: MetricsWriter
     progress: StepProgress
     world: World
     clock: RunClock

@@ -1,4 +1,4 @@
-"""What a run is built from: process set-up, run folder and metrics sinks, environment factory, model,
+"""What a run is built from: process set-up, run folder and metrics writers, environment factory, model,
 engine and held-out evaluation. :mod:`harmonyrl.trainer.loop` puts them together top to bottom."""
 
 from __future__ import annotations
@@ -43,8 +43,14 @@ from harmonyrl.models.sinks import set_sinks
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_seq_len, load_model
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.tasks.factory import make_factory as make_env_factory
-from harmonyrl.telemetry.metrics import JsonlSink
-from harmonyrl.telemetry.sinks import MetricsSink, MultiSink, SinkUnavailableError, TensorBoardSink, WandbSink
+from harmonyrl.telemetry.metrics import JsonlWriter
+from harmonyrl.telemetry.writers import (
+    MetricsWriter,
+    MultiWriter,
+    TensorBoardWriter,
+    WandbWriter,
+    WriterUnavailableError,
+)
 from harmonyrl.threads import configure as configure_threads
 from harmonyrl.trainer.device import free_bytes, resolve_device
 from harmonyrl.trainer.evaluate import evaluate
@@ -73,25 +79,25 @@ def adapts_threads(config: RunConfig) -> bool:
 
 
 def check_sinks(config: RunConfig) -> None:
-    """Fail before the run folder exists when an optional metrics sink's package is missing."""
+    """Fail before the run folder exists when an optional metrics writer's package is missing."""
     import importlib.util
 
     for wanted, package in ((config.telemetry.tensorboard, "tensorboard"), (config.telemetry.wandb, "wandb")):
         if wanted and importlib.util.find_spec(package) is None:
-            raise SinkUnavailableError(
+            raise WriterUnavailableError(
                 f"telemetry.{package}=true needs the optional '{package}' package: "
                 f"pip install 'harmonyrl[{package}]' (or set telemetry.{package}=false)"
             )
 
 
-def open_sinks(config: RunConfig, run_dir: Path) -> MultiSink:
+def open_writers(config: RunConfig, run_dir: Path) -> MultiWriter:
     """JSONL always (``metrics.jsonl``); TensorBoard and W&B (offline) when configured."""
-    sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
+    writers: list[MetricsWriter] = [JsonlWriter(run_dir / "metrics.jsonl")]
     if config.telemetry.tensorboard:
-        sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+        writers.append(TensorBoardWriter(run_dir / "tensorboard"))
     if config.telemetry.wandb:
-        sinks.append(WandbSink(run_dir, run_dir.name, config=config.model_dump(mode="json")))
-    return MultiSink(sinks)
+        writers.append(WandbWriter(run_dir, run_dir.name, config=config.model_dump(mode="json")))
+    return MultiWriter(writers)
 
 
 def prepare_run_dir(config: RunConfig, overwrite: bool = False) -> Path:

@@ -15,7 +15,7 @@ from harmonyrl.envs.team import TeamFactory
 from harmonyrl.harmony.codecs import RunCodec
 from harmonyrl.tasks.factory import expert_for
 from harmonyrl.telemetry.progress import StepProgress
-from harmonyrl.telemetry.sinks import MetricsSink
+from harmonyrl.telemetry.writers import MetricsWriter
 from harmonyrl.trainer.checkpoint_files import CheckpointFiles
 from harmonyrl.trainer.demo_fit import turn_budget_note
 from harmonyrl.trainer.demo_report import demos_from_file
@@ -31,7 +31,7 @@ async def run_sft(
     tok: RunCodec,
     factory: EnvFactory,
     config: RunConfig,
-    sink: MetricsSink,
+    writer: MetricsWriter,
     progress: StepProgress,
     run_dir: Path | None = None,
     resume: Progress | None = None,
@@ -77,7 +77,7 @@ async def run_sft(
                         cfg.max_grad_norm)  # fmt: skip
         schedule.step()
         counts = {"sft/demos_used": float(len(demos)), "sft/demos_skipped": float(skipped)} if step == 0 else {}
-        sink.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0]), **counts}, "sft")
+        writer.write(step, {"sft/loss": loss, "sft/lr": float(schedule.get_last_lr()[0]), **counts}, "sft")
         progress.advance(f"loss {loss:.3f}")
         if run_dir is not None and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             if trainee is not model:

@@ -1,12 +1,12 @@
-"""Optional metrics sinks next to the always-on :class:`~harmonyrl.telemetry.metrics.JsonlSink`.
+"""Optional metrics writers next to the always-on :class:`~harmonyrl.telemetry.metrics.JsonlWriter`.
 
 TensorBoard and Weights & Biases are optional extras, never hard dependencies: the JSONL file is the record
-of a run (the HTML report reads it), these sinks only mirror it into tools people already watch. Their
-packages are imported when a sink is built, so importing this module costs nothing and a missing package is
-a :class:`SinkUnavailableError` naming what to install, raised before training starts.
+of a run (the HTML report reads it), these writers only mirror it into tools people already watch. Their
+packages are imported when a writer is built, so importing this module costs nothing and a missing package is
+a :class:`WriterUnavailableError` naming what to install, raised before training starts.
 
-Every sink has the ``JsonlSink`` interface — ``write(step, metrics, phase)`` and ``close()`` — and
-:class:`MultiSink` fans one write out to several. ``phase`` matters for step axes: SFT counts its own steps
+Every writer has the ``JsonlWriter`` interface — ``write(step, metrics, phase)`` and ``close()`` — and
+:class:`MultiWriter` fans one write out to several. ``phase`` matters for step axes: SFT counts its own steps
 from 0, while RL and held-out evaluation share the RL step axis (an ``eval`` row at step N is the policy
 after N RL steps). Keys are already namespaced (``sft/``, ``rollout/``, ``train/`` …), so they are the tags.
 """
@@ -21,11 +21,11 @@ from typing import Any, Literal, Protocol
 from harmonyrl.errors import UserError
 
 
-class SinkUnavailableError(UserError, ImportError):
-    """An optional sink was requested but its package is not installed."""
+class WriterUnavailableError(UserError, ImportError):
+    """An optional writer was requested but its package is not installed."""
 
 
-class MetricsSink(Protocol):
+class MetricsWriter(Protocol):
     def write(self, step: int, metrics: Mapping[str, float], phase: str) -> None: ...
 
     def close(self) -> None: ...
@@ -35,10 +35,10 @@ def _axis(phase: str) -> str:
     return "sft/step" if phase == "sft" else "rl/step"
 
 
-class TensorBoardSink:
+class TensorBoardWriter:
     """Scalars into TensorBoard event files under ``log_dir`` (usually the run folder).
 
-    Flushed on every write, like the JSONL sink, so a crashed run still shows its last step and
+    Flushed on every write, like the JSONL writer, so a crashed run still shows its last step and
     ``tensorboard --logdir RUN_DIR`` can follow a live run.
     """
 
@@ -47,8 +47,8 @@ class TensorBoardSink:
             import tensorboard  # noqa: F401  torch's wrapper raises a vaguer error without it
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
-            raise SinkUnavailableError(
-                "the TensorBoard sink needs the optional 'tensorboard' package: "
+            raise WriterUnavailableError(
+                "the TensorBoard writer needs the optional 'tensorboard' package: "
                 "pip install 'harmonyrl[tensorboard]' (or: pip install tensorboard)"
             ) from e
         self.log_dir = log_dir
@@ -63,13 +63,13 @@ class TensorBoardSink:
         self._writer.close()
 
 
-class WandbSink:
+class WandbWriter:
     """Weights & Biases logging; ``mode="offline"`` (the default) needs no account and no network.
 
     Offline runs land in ``run_dir/wandb/offline-run-*`` and can be uploaded later with ``wandb sync``.
     W&B insists on one increasing step per run, but SFT and RL restart their counts, so each key is bound
     to its own step metric (``sft/step`` or ``rl/step``) instead of passing ``step=``. Console capture is off:
-    a metrics sink should not rewrite the process's stdout (it would fight the live progress bars).
+    a metrics writer should not rewrite the process's stdout (it would fight the live progress bars).
     ±inf is logged as NaN (a gap in W&B charts, which cannot draw infinities); the JSONL file keeps the value.
     """
 
@@ -84,8 +84,8 @@ class WandbSink:
         try:
             import wandb
         except ImportError as e:
-            raise SinkUnavailableError(
-                "the Weights & Biases sink needs the optional 'wandb' package: "
+            raise WriterUnavailableError(
+                "the Weights & Biases writer needs the optional 'wandb' package: "
                 "pip install 'harmonyrl[wandb]' (or: pip install wandb)"
             ) from e
         self._run = wandb.init(
@@ -115,21 +115,21 @@ class WandbSink:
         self._run.finish()
 
 
-class MultiSink:
-    """Writes to every sink; ``close`` closes all of them even if one fails, then re-raises the first error."""
+class MultiWriter:
+    """Writes to every writer; ``close`` closes all of them even if one fails, then re-raises the first error."""
 
-    def __init__(self, sinks: Sequence[MetricsSink]) -> None:
-        self.sinks = list(sinks)
+    def __init__(self, writers: Sequence[MetricsWriter]) -> None:
+        self.writers = list(writers)
 
     def write(self, step: int, metrics: Mapping[str, float], phase: str) -> None:
-        for sink in self.sinks:
-            sink.write(step, metrics, phase)
+        for writer in self.writers:
+            writer.write(step, metrics, phase)
 
     def close(self) -> None:
         first: BaseException | None = None
-        for sink in self.sinks:
+        for writer in self.writers:
             try:
-                sink.close()
+                writer.close()
             except Exception as e:  # keep closing: the other files must still be flushed
                 first = first or e
         if first is not None:
