@@ -6,7 +6,7 @@
 Each row is a run config in ``benchmarks/external/<row>.yaml`` for one of the ecosystem adapters
 (``env.name=reasoning_gym`` / ``verifiers``, :mod:`harmonyrl.tasks.ecosystems`; the verifiers rows use the example
 environments of ``examples/verifiers_envs``, put on ``PYTHONPATH``), run as ``harmonyrl train -c
-<row>.yaml threads=1 env.heldout=<split>`` in a subprocess (SFT warm start on the adapter's reference-answer expert
+<row>.yaml threads=1 eval.split=<split>`` in a subprocess (SFT warm start on the adapter's reference-answer expert
 → held-out eval → RL → held-out eval), one after the other. The machinery is ``benchmarks/envs.py``'s: finished runs
 in ``--out`` are reused, a stopped one resumed, a row whose config changed is refused, a run still going at
 ``--deadline`` is stopped and reported as such, never given a made-up figure.
@@ -45,8 +45,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verifiers_envs"
 
 def constant_baseline(config: Path, split: str) -> float:
     """Held-out success of always answering the most common reference answer of the evaluated tasks."""
-    cfg = load_config(config, [f"env.heldout={split}"])
-    tasks = list(make_factory(cfg.env, cfg.seed).tasks("test"))[: cfg.eval.n_tasks]
+    cfg = load_config(config, [f"eval.split={split}"])
+    tasks = list(make_factory(cfg.env, cfg.seed).tasks(cfg.eval.split))[: cfg.eval.n_tasks]
     counts = collections.Counter(t.answer for t in tasks)
     return counts.most_common(1)[0][1] / len(tasks) if tasks else 0.0
 
@@ -80,7 +80,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXAMPLES), os.environ.get("PYTHONPATH", "")) if p)
     sys.path.insert(0, str(EXAMPLES))
     out.mkdir(parents=True, exist_ok=True)
-    overrides = (f"env.heldout={args.split}",)
+    overrides = (f"eval.split={args.split}",)
     status: dict[str, str] = {}
     for row in rows:
         left = bench.seconds_left(args.deadline)

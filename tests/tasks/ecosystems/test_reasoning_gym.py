@@ -53,9 +53,9 @@ def test_the_splits_are_disjoint_deterministic_and_sized() -> None:
     assert {t.prompt for t in other_seed.tasks("train")} != {t.prompt for t in small("chain_sum").tasks("train")}
 
 
-def test_heldout_validation_serves_validation_as_the_evaluated_split() -> None:
-    f = small("chain_sum", heldout="validation")
-    assert f.tasks("test") == f.tasks("validation") != small("chain_sum").tasks("test")
+def test_each_task_carries_its_split() -> None:
+    f = small("chain_sum")
+    assert all(t.split == split for split in ("train", "validation", "test") for t in f.tasks(split))
 
 
 def test_weights_set_the_mix() -> None:

@@ -74,6 +74,7 @@ def test_splits_are_disjoint_and_cover_the_taskset(calc: VerifiersFactory) -> No
     assert sum(len(k) for k in keys) == 60 and len(set().union(*keys)) == 60
     again = VerifiersFactory("vf_calc", {"num_tasks": 60})
     assert again.tasks("test") == calc.tasks("test")
+    assert all(t.split == split for split in ("train", "validation", "test") for t in calc.tasks(split))
 
 
 def test_a_single_turn_task_is_scored_by_its_own_reward_logged_as_a_term(sums: VerifiersFactory) -> None:

@@ -10,8 +10,8 @@ What is mapped to what:
   equal) and takes that dataset's next item; the dataset's seed is derived from the run's ``seed``, the task's
   name and the difficulty level, so a run draws the same questions every time it is built.
 * **splits**: a question's split is a hash of (task, question) (:mod:`.splits`): train, validation and test are
-  disjoint whatever the seed, and ``tasks("validation")`` serves settings choices while ``tasks("test")`` is
-  reported once.
+  disjoint whatever the seed: ``eval.split=validation`` while choosing settings, ``test`` (the default) reported
+  once.
 * **grader**: the dataset's own ``score_answer(answer, entry)`` on the ``final`` message, behind
   :mod:`.guard` (an empty, over-long or echoed answer scores 0 without asking it; a scorer that raises scores
   0). The reward is its score in [0, 1] (reasoning-gym gives partial credit on some tasks); ``correct`` (what
@@ -34,16 +34,16 @@ import hashlib
 import random
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.tasks.ecosystems.guard import check_answer
 from harmonyrl.tasks.ecosystems.reasoning_gym_datasets import Knob, check_task_names, dataset_config, registry
-from harmonyrl.tasks.ecosystems.splits import Split, three_way_split
+from harmonyrl.tasks.ecosystems.splits import three_way_split
 from harmonyrl.tasks.guesses import VERBOSE_TEMPLATES, guess_answer
-from harmonyrl.types import Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 INSTRUCTIONS = "Solve the problem. Answer on the final channel with only the answer, in the form the problem asks for."
 
@@ -90,10 +90,9 @@ class ReasoningGymFactory:
         n_test: int = 200,
         levels: tuple[int, int] | None = None,
         max_answer_chars: int | None = None,
-        heldout: Literal["validation", "test"] = "test",
     ) -> None:
         check_task_names(tasks)
-        self.seed, self.max_answer_chars, self.heldout = seed, max_answer_chars, heldout
+        self.seed, self.max_answer_chars = seed, max_answer_chars
         knobs = dict(config or {})
         want: dict[Split, int] = {"train": n_train, "validation": n_val, "test": n_test}
         budget = 100 * sum(want.values()) + 1000
@@ -118,7 +117,7 @@ class ReasoningGymFactory:
             seen.add((task, question))
             task_id = _task_id(task, seed, split, len(out[split]))
             answer = "" if entry.get("answer") is None else str(entry["answer"])
-            out[split].append(Task(task_id, question, answer, "train" if split == "train" else "test"))
+            out[split].append(Task(task_id, question, answer, split))
             self._entries[task_id] = (task, entry)
             if level is not None:
                 self._levels[task_id] = level
@@ -130,9 +129,8 @@ class ReasoningGymFactory:
         self._datasets = {task: d.dataset for (task, _), d in draws.items()}
         self._toolbox = Toolbox([])
 
-    def tasks(self, split: Literal["train", "validation", "test"]) -> Sequence[Task]:
-        """The split's questions; ``"test"`` is the held-out split every evaluation reads: ``heldout``'s."""
-        return self._splits[self.heldout if split == "test" else split]
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits[split]
 
     def make(self, task: Task) -> ReasoningGymEnv:
         name, entry = self._entries[task.id]
@@ -236,7 +234,6 @@ def custom_factory(
     n_train: int = 2000,
     n_val: int = 200,
     n_test: int = 200,
-    heldout: Literal["validation", "test"] = "test",
     **knobs: Knob,
 ) -> ReasoningGymFactory:
     """The factory for ``env.name=custom env.factory=harmonyrl.tasks.ecosystems.reasoning_gym:custom_factory``
@@ -248,4 +245,4 @@ def custom_factory(
         if not sep:
             raise UserCodeError(f"env.kwargs.{key}: expected <task>__<knob>")
         config.setdefault(task, {})[knob] = value
-    return ReasoningGymFactory(names, None, config, seed, n_train, n_val, n_test, heldout=heldout)
+    return ReasoningGymFactory(names, None, config, seed, n_train, n_val, n_test)

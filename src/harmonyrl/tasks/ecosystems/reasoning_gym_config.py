@@ -48,9 +48,6 @@ class ReasoningGymEnvConfig(Frozen):
     """Validation questions drawn (for choosing settings; disjoint from train and test)."""
     n_test: int = Field(200, ge=1)
     """Held-out test questions drawn (reported once)."""
-    heldout: Literal["validation", "test"] = "test"
-    """The split the run's held-out evaluations (and ``eval``) read: ``validation`` while choosing settings,
-    ``test`` to report once."""
     levels: tuple[int, int] | None = None
     """Difficulty range (lowest, highest) of the drawn questions: each task's reasoning-gym curriculum at that
     level (for ``rl.curriculum``; docs/curriculum.md); null: the tasks' configs as given."""
@@ -80,7 +77,6 @@ class ReasoningGymEnvConfig(Frozen):
             n_test=self.n_test,
             levels=self.levels,
             max_answer_chars=self.max_answer_chars,
-            heldout=self.heldout,
         )
 
     def build_expert(self) -> Expert:

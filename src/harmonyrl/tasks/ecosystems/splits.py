@@ -9,9 +9,9 @@ seed, so the same question lands in the same split in every run and no held-out 
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
 
-Split = Literal["train", "validation", "test"]
+from harmonyrl.types import Split
+
 SPLITS: tuple[Split, ...] = ("train", "validation", "test")
 
 _TEST_BUCKETS = 10

@@ -45,16 +45,16 @@ rewrites and ``@vf.stop`` on the ``Request`` (they rewrite or veto what the mode
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.envs.tools import Toolbox
 from harmonyrl.envs.turns import ToolTurns, final_answer
 from harmonyrl.tasks.ecosystems.packages import require
-from harmonyrl.tasks.ecosystems.splits import Split, three_way_split
+from harmonyrl.tasks.ecosystems.splits import three_way_split
 from harmonyrl.tasks.ecosystems.verifiers_tools import served_tools
 from harmonyrl.tasks.ecosystems.verifiers_trace import TraceRecorder
-from harmonyrl.types import Failure, Message, StepResult, Task, ToolSpec
+from harmonyrl.types import Failure, Message, Split, StepResult, Task, ToolSpec
 
 
 def _vf() -> Any:
@@ -152,10 +152,9 @@ class VerifiersFactory:
         env_id: str,
         kwargs: Mapping[str, object] | None = None,
         max_tasks: int = 100_000,
-        heldout: Literal["validation", "test"] = "test",
         tool_timeout_s: float = 10.0,
     ) -> None:
-        self.env_id, self.heldout, self.tool_timeout_s = env_id, heldout, tool_timeout_s
+        self.env_id, self.tool_timeout_s = env_id, tool_timeout_s
         taskset = load_taskset(env_id, dict(kwargs or {}))
         view = taskset.take(max_tasks) if not taskset.bounded else taskset
         out: dict[Split, list[Task]] = {"train": [], "validation": [], "test": []}
@@ -173,13 +172,12 @@ class VerifiersFactory:
             task_id = f"vf-{env_id}-{split}-{len(out[split]):05d}"
             answer = getattr(vf_task.data, "answer", None)
             prompt = vf_task.data.prompt_text
-            out[split].append(Task(task_id, prompt, "" if answer is None else str(answer), _split(split)))
+            out[split].append(Task(task_id, prompt, "" if answer is None else str(answer), split))
             self._tasks[task_id] = vf_task
         self._splits = {s: tuple(v) for s, v in out.items()}
 
-    def tasks(self, split: Literal["train", "validation", "test"]) -> Sequence[Task]:
-        """The split's tasks; ``"test"`` is the held-out split every evaluation reads: ``heldout``'s."""
-        return self._splits[self.heldout if split == "test" else split]
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits[split]
 
     def make(self, task: Task) -> VerifiersEnv:
         return VerifiersEnv(task, self._tasks[task.id], self.tool_timeout_s)
@@ -187,10 +185,6 @@ class VerifiersFactory:
     def vf_task(self, task: Task) -> Any:
         """The verifiers ``Task`` behind ``task``."""
         return self._tasks[task.id]
-
-
-def _split(split: Split) -> Literal["train", "test"]:
-    return "train" if split == "train" else "test"
 
 
 class VerifiersEnv:
@@ -286,8 +280,6 @@ class VerifiersEnv:
         self._episode.done = True
 
 
-def custom_factory(
-    id: str, max_tasks: int = 100_000, heldout: Literal["validation", "test"] = "test", **kwargs: object
-) -> VerifiersFactory:
+def custom_factory(id: str, max_tasks: int = 100_000, **kwargs: object) -> VerifiersFactory:
     """``env.name=custom env.factory=harmonyrl.tasks.ecosystems.verifiers:custom_factory env.kwargs.id=vf_calc``."""
-    return VerifiersFactory(id, kwargs, max_tasks, heldout)
+    return VerifiersFactory(id, kwargs, max_tasks)

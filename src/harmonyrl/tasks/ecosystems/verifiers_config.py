@@ -36,8 +36,6 @@ class VerifiersEnvConfig(Frozen):
     """The taskset's config (its ``TasksetConfig`` fields): ``env.kwargs.num_tasks=500``."""
     max_tasks: int = Field(100_000, ge=1)
     """Tasks read from the taskset (an infinite one is read this far)."""
-    heldout: Literal["validation", "test"] = "test"
-    """The split the run's held-out evaluations read: ``validation`` while choosing settings, ``test`` once."""
     tool_timeout_s: float = Field(10.0, gt=0)
     """Per-call tool timeout; a timeout is an environment fault, masked out of the loss."""
     memory: bool = False
@@ -54,7 +52,6 @@ class VerifiersEnvConfig(Frozen):
             env_id=self.id,
             kwargs=self.kwargs,
             max_tasks=self.max_tasks,
-            heldout=self.heldout,
             tool_timeout_s=self.tool_timeout_s,
         )
 
