@@ -6,7 +6,7 @@ slow, heavy-tailed tool, over several seeds, compute matched.
 **Compute matched.** Every arm runs ``threads=1``, but an async run's update runs in a worker thread beside the
 event loop, so it keeps a second core busy. The synchronous run is therefore measured twice: at ``threads=1``
 (``sync``, the earlier figure's baseline) and at ``threads=2`` (``sync2``: the same cores the async arms use; the
-numerics are team-invariant, so it learns the same curve, only its clock differs). Both speed-ups are reported;
+numerics are thread-count-invariant, so it learns the same curve, only its clock differs). Both speed-ups are reported;
 the matched one (``speedup_matched``) is the fair one.
 
 **Start.** A real warm start: the README default's SFT (``harmonyrl sft``, 500 × 16; held-out pass@1 ~30 % on the

@@ -1,4 +1,4 @@
-"""The intra-op team size: cores from affinity and cgroup quota, free cores from the load, and the hooks."""
+"""The intra-op thread count: cores from affinity and cgroup quota, free cores from the load, and the hooks."""
 
 from __future__ import annotations
 

@@ -4,18 +4,18 @@ Why adapt: OpenMP splits each parallel region statically across its team, and li
 barrier. On a shared CPU a thread that loses its core to another process holds up the whole region while its
 partner spins, so two threads beside one busy process run slower than one thread (docs/contention.md: an SFT
 step 3x slower, two runs side by side 50x slower). The passive wait policy removes the spinning but costs
-2-2.5x on an idle virtual machine (every wake-up of a halted vCPU is slow), so the team size adapts instead:
+2-2.5x on an idle virtual machine (every wake-up of a halted vCPU is slow), so the thread count adapts instead:
 as many threads as cores that no other thread of equal or higher priority has wanted for the last
 :data:`WINDOW_S`, from ``/proc/loadavg``'s instantaneous count of runnable threads minus this process's own, looked
 at most every :data:`INTERVAL_S` (and, when that count says someone else runs, which threads and at what priority).
 
 The default (``adaptive_threads=true``) since 2026-11-26, because it no longer costs reproducibility: a run gives
-the same bits with any team size. What made the numerics team-dependent, and what removed it (measured by hashing
-every op's output with one thread and two, docs/contention.md): torch's CPU softmax backward (the
+the same bits with any thread count. What made the numerics thread-count-dependent, and what removed it (measured
+by hashing every op's output with one thread and two, docs/contention.md): torch's CPU softmax backward (the
 ``harmonyrl_eager`` kernel, the default, avoids it), single reductions over more than 32,768 elements (the losses
 sum rows first), MKL's matrix products of a few rows and of some MoE group sizes (MKL's strict reproducibility
 mode, ``MKL_CBWR=AUTO,STRICT``, which ``import harmonyrl`` sets) and the engine's prefill (batch-invariant since
-2026-11-26). :func:`configure` checks the MKL mode took effect (:func:`products_are_team_invariant`) and keeps a
+2026-11-26). :func:`configure` checks the MKL mode took effect (:func:`products_are_thread_invariant`) and keeps a
 fixed team, with a warning, when it did not. ``threads > 0`` fixes the team explicitly.
 """
 
@@ -134,7 +134,7 @@ def competing_runnable(proc: Path = Path("/proc")) -> int:
 
 
 class ThreadGovernor:
-    """The team size to use now (:meth:`threads`), for at most ``cores`` threads; see the module docstring."""
+    """The thread count to use now (:meth:`threads`), for at most ``cores`` threads; see the module docstring."""
 
     def __init__(self, cores: int, loadavg: Path = Path("/proc/loadavg"), proc: Path = Path("/proc")) -> None:
         self.cores = cores
@@ -175,7 +175,7 @@ _hook: object | None = None
 
 def adapt() -> int:
     """Resize torch's intra-op team (which the C decode step shares) to what the installed governor says now;
-    returns the team size to use. Without a governor (fixed ``threads``, or adaptation off): torch's count."""
+    returns the thread count to use. Without a governor (fixed ``threads``, or adaptation off): torch's count."""
     import torch
 
     if _governor is not None:
@@ -185,11 +185,11 @@ def adapt() -> int:
     return torch.get_num_threads()
 
 
-def products_are_team_invariant() -> bool:
+def products_are_thread_invariant() -> bool:
     """Whether torch's matrix products are MKL's in strict mode, checked on a product of 7 rows (one MKL rounds
     differently with 1 and 2 threads outside that mode) with a team of one and of two: false when torch ran a
     product before ``import harmonyrl`` set ``MKL_CBWR``, the user set another mode, or this torch has no MKL (other
-    BLAS libraries were not checked for team-invariance). Leaves the team at two threads."""
+    BLAS libraries were not checked for thread-count-invariance). Leaves the team at two threads."""
     import torch
 
     if not torch.backends.mkl.is_available():
@@ -216,7 +216,7 @@ def configure(threads: int, adaptive: bool = False) -> None:
         torch.set_num_threads(threads)
         return
     cores = available_cores()
-    if adaptive and cores > 1 and not products_are_team_invariant():
+    if adaptive and cores > 1 and not products_are_thread_invariant():
         warnings.warn(
             f"MKL's strict reproducibility mode is not in effect (MKL_CBWR={os.environ.get('MKL_CBWR')!r}; a matrix "
             "product ran before 'import harmonyrl', or torch without MKL?): the thread team stays fixed at "

@@ -156,7 +156,7 @@ def test_causal_path_without_mask_equals_eager() -> None:
     assert torch.allclose(portable, ref, atol=1e-5)
 
 
-def test_team_invariant_eager_is_eager_in_the_forward_and_close_in_the_backward() -> None:
+def test_thread_invariant_eager_is_eager_in_the_forward_and_close_in_the_backward() -> None:
     model = _model()
     ref, ref_grads = _logits_and_grads(model, "eager")
     out, grads = _logits_and_grads(model, "harmonyrl_eager")

@@ -120,7 +120,7 @@ def test_rl_update_with_checkpointing_and_lora_in_bf16_is_on_policy() -> None:
 
 
 @pytest.mark.parametrize(("kernel", "chunked"), [("eager", "harmonyrl_eager_chunked"),
-    ("harmonyrl_eager", "harmonyrl_eager_team_chunked"), ("harmonyrl_sink_sdpa", "harmonyrl_sink_sdpa")])  # fmt: skip
+    ("harmonyrl_eager", "harmonyrl_eager_thread_chunked"), ("harmonyrl_sink_sdpa", "harmonyrl_sink_sdpa")])  # fmt: skip
 def test_checkpointing_runs_an_eager_kernel_in_query_chunks(kernel: str, chunked: str) -> None:
     # the recomputed layer's [B, H, T, T + 1] eager scores were the checkpointed update's peak (docs/memory.md)
     model = _model()

@@ -69,7 +69,7 @@ def aggregate_loss(
     m = mask.to(per_token.dtype)
     masked = torch.where(m > 0, per_token, torch.zeros_like(per_token)) * m
     # row sums first: torch splits a single reduction over more than 32,768 elements by the thread team, so its
-    # last bits would depend on the team size; reductions along a dimension do not (harmonyrl/threads.py)
+    # last bits would depend on the thread count; reductions along a dimension do not (harmonyrl/threads.py)
     if mode == "token-mean":
         count = m.sum() if denominator is None else torch.tensor(denominator, dtype=per_token.dtype)
         return masked.sum(dim=-1).sum() / count.clamp(min=1.0)

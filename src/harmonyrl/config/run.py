@@ -38,7 +38,7 @@ class RunConfig(Frozen):
     adaptive_threads: bool = True
     """With ``threads=0``: resize the thread team to the cores other processes leave free, as the load changes (a
     shared CPU costs ~2x instead of up to 15x, docs/contention.md). A run's bits do not change with the team
-    (``tests/test_team_invariance.py``), so neither do its figures; with ``model.attention=eager`` (whose softmax
+    (``tests/test_thread_invariance.py``), so neither do its figures; with ``model.attention=eager`` (whose softmax
     backward depends on the team) the team stays fixed. False: a team of all the cores this process may use."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the trainer and the embedded engine's torch decode run: auto is cuda when torch sees a GPU, else cpu

@@ -7,7 +7,7 @@ CPU (sdpa is refused, flex attention refuses sinks). Kernels here, registered wi
 
 * ``eager`` — transformers' reference (materialises the ``[B, H, T, S + 1]`` logits).
 * ``harmonyrl_eager`` — the same operations, bit for bit in the forward pass, with a softmax whose backward
-  (:mod:`harmonyrl.models.team_invariant`) does not depend on the OpenMP team size. torch's fused CPU softmax
+  (:mod:`harmonyrl.models.thread_invariant`) does not depend on the OpenMP thread count. torch's fused CPU softmax
   backward does, so with ``eager`` a step's gradients change with the number of threads (docs/contention.md).
   (MKL's matrix products for a few rows do too, so this alone does not make a run independent of the team.)
 * ``harmonyrl_sink_sdpa`` — exact and fused: one ``scaled_dot_product_attention`` call on an augmented head
@@ -81,7 +81,7 @@ from transformers.masking_utils import (
 )
 from transformers.models.gpt_oss.modeling_gpt_oss import repeat_kv
 
-from harmonyrl.models.team_invariant import softmax_last_dim
+from harmonyrl.models.thread_invariant import softmax_last_dim
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -96,10 +96,13 @@ KERNELS: tuple[KernelName, ...] = (
     "harmonyrl_flex_sink",
 )
 FLEX_KERNEL: KernelName = "harmonyrl_flex_sink"
-TEAM_INVARIANT_KERNELS: frozenset[str] = frozenset({"harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"})
-"""Kernels whose training gradients are the same bits with any number of threads (``tests/test_team_invariance.py``
+THREAD_INVARIANT_KERNELS: frozenset[str] = frozenset({"harmonyrl_eager", "harmonyrl_sink_sdpa", "harmonyrl_sinkless"})
+"""Kernels whose training gradients are the same bits with any number of threads (``tests/test_thread_invariance.py``
 checks every kernel); transformers' ``eager`` is not (torch's CPU softmax backward)."""
-CHUNKED_EAGER: dict[str, str] = {"eager": "harmonyrl_eager_chunked", "harmonyrl_eager": "harmonyrl_eager_team_chunked"}
+CHUNKED_EAGER: dict[str, str] = {
+    "eager": "harmonyrl_eager_chunked",
+    "harmonyrl_eager": "harmonyrl_eager_thread_chunked",
+}
 """Each eager kernel's query-chunked twin (same rows, bounded temporaries); see the module docstring."""
 EAGER_CHUNK_ELEMENTS = 1 << 21
 """Most score elements (``B · H · rows · (S + 1)``, 8 MiB in fp32) a chunked eager kernel forms at once."""
@@ -443,7 +446,7 @@ def _flex_kernel(
     return out.transpose(1, 2).contiguous(), None
 
 
-def _team_invariant_eager(
+def _thread_invariant_eager(
     module: GptOssAttention,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -541,7 +544,7 @@ def register_kernels() -> None:
         AttentionMaskInterface.register(name, _sdpa_mask)
     AttentionInterface.register(FLEX_KERNEL, _flex_kernel)
     AttentionMaskInterface.register(FLEX_KERNEL, _flex_block_mask)
-    AttentionInterface.register("harmonyrl_eager", _team_invariant_eager)
+    AttentionInterface.register("harmonyrl_eager", _thread_invariant_eager)
     AttentionMaskInterface.register("harmonyrl_eager", eager_mask)  # the additive mask transformers' eager takes
     for eager, softmax in (("eager", _torch_softmax), ("harmonyrl_eager", softmax_last_dim)):
         AttentionInterface.register(CHUNKED_EAGER[eager], _chunked_eager(softmax))

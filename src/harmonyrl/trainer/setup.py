@@ -27,7 +27,7 @@ from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
 from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
 from harmonyrl.models import grad_checkpointing
-from harmonyrl.models.attention import TEAM_INVARIANT_KERNELS, set_kernel
+from harmonyrl.models.attention import THREAD_INVARIANT_KERNELS, set_kernel
 from harmonyrl.models.lora import (
     ADAPTER_FILE,
     adapted_names,
@@ -75,7 +75,7 @@ def setup_process(seed: int, threads: int, adaptive_threads: bool = False) -> No
 def adapts_threads(config: RunConfig) -> bool:
     """Whether the thread team follows the load: ``adaptive_threads`` with an attention kernel whose bits do not
     depend on the team, so that adapting never changes a run's numbers (``eager`` keeps a fixed team)."""
-    return config.adaptive_threads and config.model.attention in TEAM_INVARIANT_KERNELS
+    return config.adaptive_threads and config.model.attention in THREAD_INVARIANT_KERNELS
 
 
 def check_sinks(config: RunConfig) -> None:

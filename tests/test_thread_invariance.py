@@ -21,10 +21,10 @@ import torch.nn.functional as F
 
 from harmonyrl.algorithms.losses import aggregate_loss
 from harmonyrl.config import load_config
-from harmonyrl.models.attention import CUDA_TRAINING_ONLY, KERNELS, TEAM_INVARIANT_KERNELS, set_kernel
-from harmonyrl.models.team_invariant import softmax_last_dim
+from harmonyrl.models.attention import CUDA_TRAINING_ONLY, KERNELS, THREAD_INVARIANT_KERNELS, set_kernel
+from harmonyrl.models.thread_invariant import softmax_last_dim
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.threads import available_cores, products_are_team_invariant
+from harmonyrl.threads import available_cores, products_are_thread_invariant
 from harmonyrl.trainer.batch import collate, score
 from harmonyrl.trainer.learner import Learner
 from harmonyrl.trainer.setup import adapts_threads
@@ -42,7 +42,7 @@ def restore_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def with_teams(fn: Callable[[], T]) -> tuple[T, T]:
+def with_thread_counts(fn: Callable[[], T]) -> tuple[T, T]:
     """``fn()`` computed by a team of one thread, then of two."""
     out = []
     for n in (1, 2):
@@ -67,18 +67,18 @@ def softmax_grad(softmax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tenso
 
 
 def test_torch_softmax_backward_and_long_sums_depend_on_the_team_ours_do_not() -> None:
-    theirs = with_teams(lambda: softmax_grad(lambda x: F.softmax(x, dim=-1)))
-    ours = with_teams(lambda: softmax_grad(softmax_last_dim))
+    theirs = with_thread_counts(lambda: softmax_grad(lambda x: F.softmax(x, dim=-1)))
+    ours = with_thread_counts(lambda: softmax_grad(softmax_last_dim))
     assert not torch.equal(*theirs)  # the cause; if torch fixes it this test says so
     assert torch.equal(*ours)
     assert torch.allclose(ours[0], theirs[0], atol=1e-7)
     x = torch.randn(40_000, generator=torch.Generator().manual_seed(2))
-    a, b = with_teams(lambda: x.sum())
+    a, b = with_thread_counts(lambda: x.sum())
     assert not torch.equal(a, b)
     loss = torch.randn(64, 2048, generator=torch.Generator().manual_seed(3))  # 131k tokens in one reduction
     mask = torch.rand(64, 2048, generator=torch.Generator().manual_seed(4)) > 0.3
     for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
-        a, b = with_teams(lambda mode=mode: aggregate_loss(loss, mask, mode, norm=2048.0))  # type: ignore[misc]
+        a, b = with_thread_counts(lambda mode=mode: aggregate_loss(loss, mask, mode, norm=2048.0))  # type: ignore[misc]
         assert torch.equal(a, b), mode
 
 
@@ -106,12 +106,12 @@ def model_grads(kernel: str) -> str:
 
 @pytest.mark.parametrize("kernel", [k for k in KERNELS if k not in CUDA_TRAINING_ONLY])  # the kernels that train here
 def test_training_gradients_depend_on_the_team_only_with_transformers_eager(kernel: str) -> None:
-    a, b = with_teams(lambda: model_grads(kernel))
-    assert (a == b) == (kernel in TEAM_INVARIANT_KERNELS)  # the set that may adapt the team (adapts_threads)
-    assert (kernel in TEAM_INVARIANT_KERNELS) == (kernel != "eager")
+    a, b = with_thread_counts(lambda: model_grads(kernel))
+    assert (a == b) == (kernel in THREAD_INVARIANT_KERNELS)  # the set that may adapt the team (adapts_threads)
+    assert (kernel in THREAD_INVARIANT_KERNELS) == (kernel != "eager")
 
 
-def test_the_team_adapts_only_with_a_team_invariant_kernel() -> None:
+def test_the_thread_count_adapts_only_with_a_thread_invariant_kernel() -> None:
     assert adapts_threads(load_config())
     assert not adapts_threads(load_config(overrides=["model.attention=eager"]))
     assert not adapts_threads(load_config(overrides=["adaptive_threads=false"]))
@@ -126,7 +126,7 @@ def test_an_rl_update_does_not_depend_on_the_team() -> None:
         assert result.applied
         return digest(iter(model.parameters()))
 
-    a, b = with_teams(update)
+    a, b = with_thread_counts(update)
     assert a == b
 
 
@@ -151,14 +151,14 @@ def micro_sft_steps() -> str:
 
 def test_micro_training_steps_do_not_depend_on_the_team_so_adapting_is_the_default() -> None:
     # a micro SFT step differed before MKL's strict mode (its grouped MoE products, docs/contention.md)
-    a, b = with_teams(micro_sft_steps)
+    a, b = with_thread_counts(micro_sft_steps)
     assert a == b
     assert os.environ["MKL_CBWR"] == "AUTO,STRICT"
     x = torch.randn(1, 7, 64, generator=torch.Generator().manual_seed(6))  # a 7-token prefill: differed too
     w = torch.randn(128, 64, generator=torch.Generator().manual_seed(7))
-    a2, b2 = with_teams(lambda: F.linear(x, w))
+    a2, b2 = with_thread_counts(lambda: F.linear(x, w))
     assert torch.equal(a2, b2)
-    assert products_are_team_invariant()
+    assert products_are_thread_invariant()
     assert load_config().adaptive_threads and load_config().model.attention == "harmonyrl_eager"
 
 

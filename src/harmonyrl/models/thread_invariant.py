@@ -1,11 +1,11 @@
 """A softmax whose gradient does not depend on how many threads compute it.
 
 torch's fused CPU softmax backward (``aten._softmax_backward_data``) splits its row reduction differently for
-different OpenMP team sizes, so the same step gives gradients that differ in the last bits with 1 or 2 threads
-(measured 2026-11-25 on the micro model: the only team-dependent operation in a whole forward + backward, found
+different OpenMP thread counts, so the same step gives gradients that differ in the last bits with 1 or 2 threads
+(measured 2026-11-25 on the micro model: the only thread-count-dependent operation in a whole forward + backward, found
 by hashing every op's output under a dispatch mode; docs/contention.md). Those bits grow into different runs.
 Here the forward is torch's own softmax, and the backward is written with elementwise ops and one last-dim sum,
-which torch reduces row by row whatever the team size: ``dx = p · (g − Σ_j g_j p_j)``.
+which torch reduces row by row whatever the thread count: ``dx = p · (g − Σ_j g_j p_j)``.
 """
 
 from __future__ import annotations
