@@ -80,10 +80,10 @@ def test_splits_are_disjoint_and_cover_the_taskset(calc: VerifiersFactory) -> No
 def test_a_single_turn_task_is_scored_by_its_own_reward_logged_as_a_term(sums: VerifiersFactory) -> None:
     task = sums.tasks("train")[0]
     (right,) = play(sums, 0, final(task.answer))
-    assert right.reward == 1.0 and right.terminated and right.info["reward_correct"] == 1.0
-    assert right.info["metric_reply_chars"] == len(task.answer) and right.info["correct"] == 1.0
+    assert right.reward == 1.0 and right.terminated and right.info["reward/correct"] == 1.0
+    assert right.info["metric/reply_chars"] == len(task.answer) and right.info["correct"] == 1.0
     (wrong,) = play(sums, 0, final(f"The answer is {task.answer}."))
-    assert wrong.reward == 0.0 and wrong.info["reward_correct"] == 0.0
+    assert wrong.reward == 0.0 and wrong.info["reward/correct"] == 0.0
 
 
 def test_the_tool_is_the_toolsets_python_function_with_mcps_schema(calc: VerifiersFactory) -> None:
@@ -95,7 +95,7 @@ def test_the_tool_is_the_toolsets_python_function_with_mcps_schema(calc: Verifie
     expression = calc.vf_task(task).data.expression
     tool, answered = play(calc, 0, call(expression), final(task.answer))
     assert tool.observations[0].content == task.answer and not tool.terminated
-    assert answered.reward == 1.0 and answered.info["metric_tool_calls"] == 1.0
+    assert answered.reward == 1.0 and answered.info["metric/tool_calls"] == 1.0
     bad, _ = play(calc, 0, call("import os"), final("0"))
     assert "error" in bad.observations[0].content and bad.failure is None  # the model's doing: an observation
     unknown, _ = play(calc, 0, call("1", tool="bash"), final("0"))  # no shell: the null harness offers none
@@ -109,7 +109,7 @@ def test_a_multi_turn_tool_episode_is_token_exact(calc: VerifiersFactory) -> Non
     env = calc.make(task)
     traj: Trajectory = asyncio.run(run_episode(engine, env, TOK, PARAMS, LIMITS, task_id=task.id, group_id=0, seed=1))
     assert traj.reward == 1.0 and traj.terminated and traj.parity_mismatches == 0
-    assert traj.reward_terms["reward_correct"] == 1.0 and traj.reward_terms["tool_calls"] == 1.0
+    assert traj.reward_terms["reward/correct"] == 1.0 and traj.reward_terms["tool_calls"] == 1.0
     fresh = calc.make(task)
     prefix = initial_messages(fresh, asyncio.run(fresh.reset()))
     observation = traj.turns[0].observations[0]

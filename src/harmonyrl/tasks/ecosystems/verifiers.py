@@ -26,9 +26,10 @@ the environment's author wrote runs as written:
   ``setup_task`` run at reset) as harmony function tools with MCP's schemas and names, called in process
   (:mod:`.verifiers_tools`).
 * **rewards**: the episode's messages become a verifiers ``Trace`` turn by turn (:mod:`.verifiers_trace`); at the
-  end ``Task.score(trace)`` runs every ``@vf.reward`` and ``@vf.metric``; each is logged as a reward term
-  (``env/reward_<name>``, ``env/metric_<name>``) and the episode's reward is ``trace.reward`` (their weighted
-  sum), clamped to [0, 1]. ``correct`` is ``trace.reward >= 1``. ``@vf.stop`` predicates on the ``Trace`` or the
+  end ``Task.score(trace)`` runs every ``@vf.reward`` and ``@vf.metric``; each is one of the episode's reward terms
+  (``reward/<name>``: its weighted value, harmonyrl's naming for composed rewards; ``metric/<name>``), recorded
+  with every episode, and the episode's reward is ``trace.reward`` (the sum of the ``reward/`` terms), clamped to
+  [0, 1]. ``correct`` is ``trace.reward >= 1``. ``@vf.stop`` predicates on the ``Trace`` or the
   ``Response`` run after every turn, as verifiers' session runs them; a stop ends the episode (truncated).
 * **faults**: a reward or metric that raises (verifiers wraps it in ``TaskError``) is a masked ``reward_error``
   naming the exception's class, never a 0 for the model.
@@ -256,8 +257,8 @@ class VerifiersEnv:
             cause = e.__cause__ if e.__cause__ is not None else e
             detail = f"{type(cause).__name__} in {type(self.vf_task).__name__} scoring: {_one_line(cause)[:200]}"
             return StepResult(terminated=not truncated, truncated=truncated, failure=Failure("reward_error", detail))
-        terms = {f"reward_{k}": float(r.score) for k, r in trace.rewards.items() if r is not None}
-        terms |= {f"metric_{k}": float(v) for k, v in trace.metrics.items() if v is not None}
+        terms = {f"reward/{k}": float(r.value) for k, r in trace.rewards.items() if r is not None}
+        terms |= {f"metric/{k}": float(v) for k, v in trace.metrics.items() if v is not None}
         total = float(trace.reward)
         answered = final_answer(self._last_action(trace)) is not None
         info = {
