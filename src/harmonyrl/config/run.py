@@ -21,6 +21,7 @@ from harmonyrl.frozen import Frozen
 from harmonyrl.harmony.codecs import VOCAB_SIZES
 from harmonyrl.rewards.config import RewardConfig, reward_model_tokenizer
 from harmonyrl.tasks.config import CalculatorEnvConfig, EnvConfig
+from harmonyrl.tasks.ecosystems.reasoning_gym_config import ReasoningGymEnvConfig
 
 
 class RunConfig(Frozen):
@@ -106,9 +107,10 @@ class RunConfig(Frozen):
         curriculum, env = self.rl.curriculum, self.env
         if curriculum is None or curriculum.start_levels is None or env.name == "custom":
             return self  # a custom env's difficulty method is checked when its factory is built
-        if not isinstance(env, CalculatorEnvConfig) or env.levels is None:
+        if not isinstance(env, CalculatorEnvConfig | ReasoningGymEnvConfig) or env.levels is None:
             raise ValueError(
-                "rl.curriculum.start_levels needs an env that reports task difficulty: env.levels for the calculator"
+                "rl.curriculum.start_levels needs an env that reports task difficulty: env.levels for the calculator "
+                "or reasoning_gym"
             )
         return self
 

@@ -230,3 +230,13 @@ def test_the_run_config_reads_the_command_line_form() -> None:
     task = factory.tasks("train")[0]
     (demo,) = expert_for(env.model_copy(update={"p_tool": 1.0, "p_verbose": 0.0}))(task, random.Random(0))
     assert demo.content == task.answer
+
+
+def test_rl_curriculum_opens_levels_of_a_levelled_reasoning_gym_env() -> None:
+    from harmonyrl.config import load_config
+
+    base = ["env.name=reasoning_gym", "env.tasks=[chain_sum]", "rl.curriculum.start_levels=1"]
+    cfg = load_config(None, [*base, "env.levels=[0,2]", "rl.curriculum.widen_every=5"])
+    assert cfg.rl.curriculum is not None and cfg.rl.curriculum.start_levels == 1
+    with pytest.raises(ValueError, match=r"env\.levels for the calculator or reasoning_gym"):
+        load_config(None, base)
