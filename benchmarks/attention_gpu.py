@@ -43,7 +43,7 @@ import torch
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-from harmonyrl.models.attention import _flex_block_mask, flex_sink
+from harmonyrl.models.attention import flex_block_mask, flex_sink
 from harmonyrl.models.attention_check import CASES, check_flex_sink, summary
 
 HEADS, KV_HEADS, HEAD_DIM, WINDOW = 64, 8, 64, 128
@@ -70,7 +70,7 @@ def make_case(
     fn = sliding_window_causal_mask_function(window) if layer == "sliding" else causal_mask_function
     start = time.perf_counter()
     if kernel == "flex":
-        mask: Any = _flex_block_mask(1, t, t, mask_function=fn, device=device)
+        mask: Any = flex_block_mask(1, t, t, mask_function=fn, device=device)
     else:
         pos = torch.arange(t, device=device)
         keep = pos[None, :] <= pos[:, None]

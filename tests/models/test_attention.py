@@ -107,7 +107,7 @@ def test_chunked_flash_path_equals_eager_with_all_gradients(window: int | None, 
     # 300 queries = 3 chunks of QUERY_CHUNK; left padding leaves whole query rows (and a chunk) seeing no key
     from harmonyrl.models import attention
 
-    assert attention.QUERY_CHUNK < 300 / 2
+    assert attention.fused.QUERY_CHUNK < 300 / 2
     b, h, kvh, t, d = 2, 4, 2, 300, 16
     g = torch.Generator().manual_seed(3)
     leaves = [
@@ -152,7 +152,7 @@ def test_causal_path_without_mask_equals_eager() -> None:
     grads = torch.autograd.grad(out.sum(), [q, k, v, sinks])
     for gr, gref in zip(grads, ref_grads, strict=True):
         assert torch.allclose(gr, gref, atol=1e-5 * max(1.0, gref.abs().max().item()))
-    portable = attention._augmented_sdpa(q, k, v, sinks, keep, 16**-0.5)  # the non-CPU route stays exact too
+    portable = attention.fused._augmented_sdpa(q, k, v, sinks, keep, 16**-0.5)  # the non-CPU route stays exact too
     assert torch.allclose(portable, ref, atol=1e-5)
 
 
@@ -173,7 +173,7 @@ def test_chunked_eager_twins_equal_their_kernel_with_all_gradients(
     # 7 query rows per chunk: 50 positions make 8 chunks; sliding window (32) and right padding come from HF's masks
     from harmonyrl.models import attention
 
-    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 3 * 4 * 7 * 51)
+    monkeypatch.setattr(attention.eager, "EAGER_CHUNK_ELEMENTS", 3 * 4 * 7 * 51)
     torch.manual_seed(0)
     model = _model()
     ref, ref_grads = _logits_and_grads(model, kernel)
@@ -191,7 +191,7 @@ def test_chunked_eager_rows_equal_eager_where_rows_see_nothing(padding: str, mon
 
     from harmonyrl.models import attention
 
-    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 2 * 4 * 16 * 61)  # 16 rows per chunk
+    monkeypatch.setattr(attention.eager, "EAGER_CHUNK_ELEMENTS", 2 * 4 * 16 * 61)  # 16 rows per chunk
     b, h, kvh, t, d = 2, 4, 2, 60, 8
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(b, n, t, d, generator=g, requires_grad=True) for n in (h, kvh, kvh))
@@ -201,7 +201,7 @@ def test_chunked_eager_rows_equal_eager_where_rows_see_nothing(padding: str, mon
         keep[1, ..., :20] = False
     ref = _eager(q, k, v, sinks, keep)
     module = SimpleNamespace(num_key_value_groups=h // kvh, sinks=sinks, training=False)
-    chunked = attention._chunked_eager(attention._torch_softmax)
+    chunked = attention.eager.chunked_eager(attention.eager.torch_softmax)
     out = chunked(module, q, k, v, None if padding == "none" else keep, d**-0.5)[0].transpose(1, 2)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
     if padding == "left":
@@ -217,7 +217,7 @@ def test_chunked_eager_with_the_shared_prefix_cache_path(monkeypatch: pytest.Mon
     # the tail's queries sit after the cached prefix's keys (T != S, no mask from HF): causal rows aligned right
     from harmonyrl.models import attention
 
-    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 3 * 4 * 5 * 53)
+    monkeypatch.setattr(attention.eager, "EAGER_CHUNK_ELEMENTS", 3 * 4 * 5 * 53)
     model = _model()
     g = torch.Generator().manual_seed(2)
     head = torch.randint(1, VOCAB, (40,), generator=g)
@@ -256,7 +256,7 @@ def test_chunked_eager_never_forms_the_whole_score_tensor(monkeypatch: pytest.Mo
     # the nano model's pass comes near (the largest, an MoE buffer, is 300 x 256)
     from harmonyrl.models import attention
 
-    monkeypatch.setattr(attention, "EAGER_CHUNK_ELEMENTS", 4 * 20 * 301)
+    monkeypatch.setattr(attention.eager, "EAGER_CHUNK_ELEMENTS", 4 * 20 * 301)
     model = _model()
     ids = torch.randint(1, VOCAB, (1, 300), generator=torch.Generator().manual_seed(0))
     set_kernel(model, "eager")

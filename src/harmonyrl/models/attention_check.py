@@ -23,7 +23,7 @@ import torch
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-from harmonyrl.models.attention import _flex_block_mask, flex_sink
+from harmonyrl.models.attention import flex_block_mask, flex_sink
 
 Padding = Literal["none", "left", "right"]
 
@@ -90,7 +90,7 @@ def _flex(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: 
     s = case.offset + case.t
     fn = causal_mask_function if case.window is None else sliding_window_causal_mask_function(case.window)
     pad = _padding(case).to(q.device)
-    block_mask = _flex_block_mask(
+    block_mask = flex_block_mask(
         batch_size=case.batch,
         q_length=case.t,
         kv_length=s,
