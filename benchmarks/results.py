@@ -272,7 +272,8 @@ def _cell(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _figures(bench: Bench, rec: dict[str, object], keys: tuple[str, ...] | None) -> str:
+def _figures(rec: dict[str, object], keys: tuple[str, ...] | None) -> str:
+    """The RESULT figures of ``rec`` named by ``keys`` (all of them with None), as code spans."""
     result = rec.get("result") or {}
     assert isinstance(result, dict)
     shown = [k for k in (keys if keys is not None else tuple(result)) if k in result]
@@ -315,7 +316,7 @@ def markdown(data: dict[str, object]) -> str:
         when = f"`{str(rec.get('commit', ''))[:8]}` {rec.get('started_utc', '')}" if "commit" in rec else "—"
         budget = "full" if rec["budget"] == "full" else "tiny (smoke)"
         lines.append(f"| [{bench.name}](../benchmarks/{bench.script}) | {bench.what} | {budget} | "
-                     f"{rec['status']} | {_figures(bench, rec, None)} | {rec.get('minutes', '—')} | {_load(rec)} | "
+                     f"{rec['status']} | {_figures(rec, None)} | {rec.get('minutes', '—')} | {_load(rec)} | "
                      f"{when} |")  # fmt: skip
     lines += ["", "## Commands and RESULT lines", ""]
     for bench in BENCHMARKS:
@@ -340,7 +341,7 @@ def readme_table(data: dict[str, object]) -> str:
             smoke.append(bench.name)
             continue
         link = f"[{bench.name}](docs/results.md#{bench.name}) ([doc]({bench.doc}))"
-        rows.append(f"| {link} | {_figures(bench, rec, bench.headline)} | {rec.get('started_utc', '')}, {_load(rec)} |")
+        rows.append(f"| {link} | {_figures(rec, bench.headline)} | {rec.get('started_utc', '')}, {_load(rec)} |")
     if len(rows) == 2:
         rows.append("| (none at the full budget yet) | | |")
     note = f"\n\nSmoke-tested only (tiny budget, no figures): {', '.join(smoke)}." if smoke else ""
