@@ -194,3 +194,65 @@ def test_the_run_config_builds_it_and_says_it_has_no_expert(examples_importable:
     assert factory.name == "verifiers" and sum(len(factory.tasks(s)) for s in ("train", "validation", "test")) == 30
     with pytest.raises(UserCodeError, match=r"env\.name=verifiers has no scripted expert"):
         expert_for(env)
+
+
+def _package(tmp_path: Path, name: str, body: str) -> None:
+    """An installed-looking verifiers taskset ``name`` whose task class is ``body`` (a ``Task`` subclass ``T``)."""
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text(
+        "import verifiers.v1 as vf\n"
+        f"{body}\n"
+        "class S(vf.Taskset[T, vf.TasksetConfig]):\n"
+        "    def load(self):\n"
+        "        return [T(vf.TaskData(prompt=f'say {i}')) for i in range(30)]\n"
+        "__all__ = ['S']\n"
+    )
+
+
+def test_a_stop_on_the_trace_ends_the_episode_truncated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    body = (
+        "class T(vf.Task[vf.TaskData]):\n"
+        "    @vf.stop\n"
+        "    async def one_turn(self, trace: vf.Trace) -> bool:\n"
+        "        return trace.num_turns >= 1\n"
+        "    @vf.reward\n"
+        "    async def said(self, trace: vf.Trace) -> float:\n"
+        "        return float(trace.last_reply == 'x')\n"
+    )
+    _package(tmp_path, "vf_stopper", body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    factory = VerifiersFactory("vf_stopper")
+    (result,) = play(factory, 0, call("1", tool="anything"))
+    assert result.truncated and not result.terminated and result.failure is None
+    assert result.info["reward/said"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "why"),
+    [
+        (
+            "vf_intercepting",
+            "class T(vf.Task[vf.TaskData]):\n"
+            "    @vf.intercept\n"
+            "    async def rewrite(self, response: vf.Response) -> vf.Response | None:\n"
+            "        return None\n",
+            "rewrites requests or responses with @vf.intercept",
+        ),
+        (
+            "vf_judged",
+            "from pydantic import Field\n"
+            "class C(vf.TaskConfig):\n"
+            "    judges: vf.Judges = Field(default_factory=lambda: [vf.ReferenceJudgeConfig()])\n"
+            "class T(vf.Task[vf.TaskData, vf.State, C]):\n    pass\n",
+            "is scored by an LLM judge",
+        ),
+    ],
+)
+def test_what_harmonyrl_cannot_run_faithfully_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, body: str, why: str
+) -> None:
+    _package(tmp_path, name, body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserCodeError, match=why) as e:
+        VerifiersFactory(name)
+    assert "\n" not in str(e.value)
