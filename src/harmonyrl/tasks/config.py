@@ -25,6 +25,7 @@ from harmonyrl.envs.loader import TargetError, UserCodeError, resolve_target
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.frozen import Frozen
 from harmonyrl.tasks.ecosystems.reasoning_gym_config import ReasoningGymEnvConfig
+from harmonyrl.tasks.ecosystems.textarena_config import TextArenaEnvConfig
 from harmonyrl.tasks.ecosystems.verifiers_config import VerifiersEnvConfig
 
 if TYPE_CHECKING:
@@ -512,11 +513,12 @@ EnvConfig = Annotated[
     | RelayEnvConfig
     | ReasoningGymEnvConfig
     | VerifiersEnvConfig
+    | TextArenaEnvConfig
     | CustomEnvConfig,
     Field(discriminator="name"),
 ]
 
-EXTERNAL_ENVS = ("reasoning_gym", "verifiers")
+EXTERNAL_ENVS = ("reasoning_gym", "verifiers", "textarena")
 """The envs that run another package's environments (:mod:`harmonyrl.tasks.ecosystems`, an optional extra each;
-docs/reasoning-gym.md, docs/verifiers.md): tested by tests/tasks/ecosystems/ and measured by benchmarks/external.py,
+docs/reasoning-gym.md, docs/verifiers.md, docs/textarena.md): tested by tests/tasks/ecosystems/ and measured by benchmarks/external.py,
 not by the built-in envs' per-env tests and presets."""
