@@ -520,5 +520,5 @@ EnvConfig = Annotated[
 
 EXTERNAL_ENVS = ("reasoning_gym", "verifiers", "textarena")
 """The envs that run another package's environments (:mod:`harmonyrl.tasks.ecosystems`, an optional extra each;
-docs/reasoning-gym.md, docs/verifiers.md, docs/textarena.md): tested by tests/tasks/ecosystems/ and measured by benchmarks/external.py,
-not by the built-in envs' per-env tests and presets."""
+docs/reasoning-gym.md, docs/verifiers.md, docs/textarena.md): tested by tests/tasks/ecosystems/ and measured by
+benchmarks/external.py, not by the built-in envs' per-env tests and presets."""
