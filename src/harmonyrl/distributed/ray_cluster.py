@@ -24,9 +24,11 @@ no actor, placement group or local cluster behind.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -106,9 +108,20 @@ def bounded(init: Callable[[], object], address: str, timeout_s: float) -> None:
     thread.start()
     thread.join(timeout_s)
     if not outcome:
+        atexit.register(_exit_before_teardown, thread)
         raise ClusterError(f"scale.address={address}: no Ray cluster answered there within {timeout_s:g} s")
     if outcome[0] is not None:
         raise outcome[0]
+
+
+def _exit_before_teardown(thread: threading.Thread) -> None:
+    """At exit, with the abandoned ``ray.init`` still inside Ray's C++ core: end the process now, with the exit
+    code of a user error (the run stopped on this :class:`ClusterError`). Letting the interpreter tear down under
+    that thread aborted the process now and then (``std::bad_alloc``, exit -6) after the one-line error."""
+    if thread.is_alive():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
 
 
 def place(ray: ModuleType, scale: ScaleConfig) -> PlacementGroup:
