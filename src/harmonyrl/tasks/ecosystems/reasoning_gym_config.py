@@ -8,6 +8,7 @@ import functools
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from harmonyrl.frozen import Frozen
 from harmonyrl.tasks.ecosystems.packages import version_of
@@ -87,6 +88,14 @@ class ReasoningGymEnvConfig(Frozen):
 
     @model_validator(mode="after")
     def _known(self) -> ReasoningGymEnvConfig:
+        try:
+            self._check()
+        except ValueError as e:  # a custom error: the message reads without pydantic's "Value error, "
+            raise PydanticCustomError("reasoning_gym", "{reason}", {"reason": str(e)}) from None
+        return self
+
+    def _check(self) -> None:
+        """Every setting against the installed reasoning-gym; the first problem as a one-line ``ValueError``."""
         installed = version_of(DISTRIBUTION)
         if installed == "not installed":
             registry()  # the one-line "pip install 'harmonyrl[reasoning-gym]'" error
@@ -108,4 +117,3 @@ class ReasoningGymEnvConfig(Frozen):
         for task in self.tasks:  # every knob checked before compute, at each level used
             for level in {None} if self.levels is None else set(range(self.levels[0], self.levels[1] + 1)):
                 dataset_config(task, self.config.get(task, {}), 0, 1, level)
-        return self

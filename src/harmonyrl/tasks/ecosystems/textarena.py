@@ -57,6 +57,9 @@ def make_game(game: str) -> Any:
     except LookupError as e:
         missing = str(e).split("Resource")[1].split("not found")[0].strip(" '\n*") if "Resource" in str(e) else "data"
         raise UserCodeError(f"env.game '{game}' needs data downloaded at run time (nltk {missing}): refused") from None
+    except Exception as e:  # the game's own module failing to import or build (Chess-v0: a SyntaxError on 3.11)
+        reason = " ".join(str(e).split())[:160]
+        raise UserCodeError(f"env.game '{game}': TextArena could not make it ({type(e).__name__}: {reason})") from None
 
 
 def opening(env: Any, seed: int, game: str) -> str:
