@@ -20,8 +20,8 @@ then, per seed, three arms from it, each ``--steps`` student updates of ``rollou
 rollout.group_size`` episodes (default sizes: :data:`BUDGET`):
 
 * ``rl``: RL on the env's reward (the default GRPO update);
-* ``distill``: the same run with ``rl.distill.teacher`` (the env's reward kept, ``rl.distill.weight``): every
-  sampled token scored by the teacher, the per-token reverse KL an advantage term;
+* ``distill``: the same run with ``rl.distill.teacher`` (the env's reward kept unless ``--no-env-reward``;
+  ``rl.distill.weight``): every sampled token scored by the teacher, the per-token reverse KL an advantage term;
 * ``sft``: supervised steps on the teacher's own successful episodes of the same number of train tasks
   (``steps × tasks_per_step`` tasks, ``group_size`` samples each at T = 1, failures dropped: rejection-sampled
   distillation), batches of the same ``tasks_per_step × group_size`` episodes, the RL learning rate and optimizer;
@@ -144,6 +144,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--teacher-rl", type=int, default=10)
     p.add_argument("--teacher", type=Path, default=None, help="a teacher checkpoint made before (skips training)")
     p.add_argument("--weight", type=float, default=1.0, help="rl.distill.weight")
+    p.add_argument("--no-env-reward", action="store_true", help="the distill arm without the env's reward")
     p.add_argument("--fraction", type=float, default=0.5, help="of the teacher's held-out success")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quick", action="store_true")
@@ -177,6 +178,8 @@ def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespa
     if arm == "sft":
         return asyncio.run(_sft_arm(load_config(None, [*student, "run_name=sft"]), teacher, args.steps, args.every))
     extra = [f"rl.distill.teacher={teacher}", f"rl.distill.weight={args.weight}"] if arm == "distill" else []
+    if arm == "distill" and args.no_env_reward:
+        extra.append("rl.distill.env_reward=false")
     result = asyncio.run(train(load_config(None, [*student, *extra, f"run_name={arm}"]), Console(quiet=True)))
     rows = read_metrics(result.run_dir / "metrics.jsonl")
     # the evaluations before and after RL have rows of their own; a periodic one is on its step's RL row
