@@ -23,8 +23,8 @@ Peak memory, two measures, each arm and repeat in a fresh subprocess (no allocat
 * ``tensor MiB`` (the ``RESULT`` figure): the most memory torch's live tensors took above what existed before the
   update (activations saved for backward, gradients, optimizer state, temporaries), from the allocation and free
   events ``torch.profiler`` records with ``profile_memory=True``: the CPU counterpart of
-  ``torch.cuda.max_memory_allocated`` (used on a GPU instead). It does not depend on the C allocator, and is the
-  same in every repeat.
+  ``torch.cuda.max_memory_allocated`` (used on a GPU instead). It does not depend on the C allocator; the median
+  over repeats is reported, and a line names any arm whose repeats differed.
 * ``RSS MiB``: ``VmHWM`` minus the resident size just before the update, after resetting the kernel's peak counter
   (writing ``5`` to ``/proc/self/clear_refs``): what the OS gave the process, including what glibc's malloc kept
   after torch freed it (docs/memory.md: with many mid-sized buffers that is most of it).
@@ -204,6 +204,9 @@ def main() -> None:
         rss = statistics.median(x["rss_mib"] for x in runs)
         mib = f"{r['weights_mib']:>11.2f} {peak[variant].median:>10.0f} {rss:>8.0f}"
         print(f"{variant:<15} {int(r['trainable']):>10} {mib}  {step[variant]}")
+    for variant, p in peak.items():
+        if p.low != p.high:
+            print(f"note: {variant}'s tensor peak differed between repeats: {p}")
     rss_line = " ".join(f"{v}_mib={statistics.median(x['rss_mib'] for x in rows[v]):.0f}" for v in VARIANTS)
     print(f"RSS {rss_line}")
     mibs = " ".join(f"{v}_mib={peak[v].median:.0f}" for v in VARIANTS)
