@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harmonyrl.cli import app
-from harmonyrl.cli_rm import rm_train_config
+from harmonyrl.cli.rm import rm_train_config
 from harmonyrl.rewards.model import load_reward_model
 from harmonyrl.telemetry.metrics import read_metrics
 from harmonyrl.trainer.reward_model_train import split_by_prompt, train_reward_model

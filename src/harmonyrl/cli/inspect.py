@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harmonyrl.cli_common import USER_ERRORS, console, fail
+from harmonyrl.cli.common import USER_ERRORS, console, fail
 from harmonyrl.config import ConfigError
 from harmonyrl.envs.loader import TargetError
 from harmonyrl.errors import CheckpointError

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from harmonyrl.cli_common import USER_ERRORS, console, fail
+from harmonyrl.cli.common import USER_ERRORS, console, fail
 from harmonyrl.config import ConfigError, RunConfig, load_config
 from harmonyrl.preset_files import PresetError, find
 from harmonyrl.trainer.mismatch_gate import GATE_DEFAULTS, GateInputError, parse_bound, run_gate

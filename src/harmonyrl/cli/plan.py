@@ -15,7 +15,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from harmonyrl.cli_common import console, fail
+from harmonyrl.cli.common import console, fail
 from harmonyrl.config import RunConfig
 from harmonyrl.errors import CheckpointError
 from harmonyrl.plan.check import add_to_summary, check_run

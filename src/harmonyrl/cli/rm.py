@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from harmonyrl.cli_common import HELP_MARKUP, console, fail
+from harmonyrl.cli.common import HELP_MARKUP, console, fail
 from harmonyrl.config import ConfigError, load_config, parse_override
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.errors import CheckpointError

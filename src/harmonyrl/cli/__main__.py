@@ -1,0 +1,5 @@
+"""``python -m harmonyrl.cli``: the ``harmonyrl`` command."""
+
+from harmonyrl.cli import app
+
+app()
