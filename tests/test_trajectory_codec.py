@@ -17,8 +17,8 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.fuzz.fuzz_settings import fuzz
 
+from fuzz_settings import fuzz
 from harmonyrl.rollout.store import read_step, write_step
 from harmonyrl.telemetry.episodes import append_episodes, iter_episodes
 from harmonyrl.trainer.replay_buffer import ReplayBuffer
