@@ -192,7 +192,7 @@ def test_the_expert_defaults_are_the_built_in_ones() -> None:
         ({"tasks": ("chain_sum",), "weights": (1.0, 2.0)}, "env.weights must be 1 positive numbers"),
         ({"tasks": ("chain_sum",), "levels": (0, 99)}, "env.levels must be"),
         ({"tasks": ("chain_sum",), "levels": (0, 1), "config": {"chain_sum": {"max_terms": 3}}}, "set by env.levels"),
-        ({"tasks": ("chain_sum",), "package_version": "0.0.1"}, "drew its questions with reasoning-gym 0.0.1"),
+        ({"tasks": ("chain_sum",), "package_version": "0.0.1"}, "this run was made with reasoning-gym 0.0.1"),
     ],
 )
 def test_bad_config_is_one_line(kwargs: dict[str, object], message: str) -> None:
@@ -240,3 +240,19 @@ def test_rl_curriculum_opens_levels_of_a_levelled_reasoning_gym_env() -> None:
     assert cfg.rl.curriculum is not None and cfg.rl.curriculum.start_levels == 1
     with pytest.raises(ValueError, match=r"env\.levels for the calculator or reasoning_gym"):
         load_config(None, base)
+
+
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        ("reasoning_gym", "env.tasks=[chain_sum]"),
+        ("verifiers", "env.id=vf_sum"),
+        ("textarena", "env.game=GuessTheNumber-v0"),
+    ],
+)
+def test_a_run_made_with_another_package_version_is_one_line(name: str, fields: str) -> None:
+    """Every ecosystem config records its package's version and refuses another (a resume or eval elsewhere)."""
+    from harmonyrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"this run was made with \S+ 0\.0\.1, but \S+ is installed"):
+        load_config(None, [f"env.name={name}", fields, "env.package_version=0.0.1"])

@@ -27,3 +27,16 @@ def version_of(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def same_version(recorded: str, module: str, distribution: str, extra: str) -> str:
+    """``recorded`` (a run's ``env.package_version``) if ``distribution`` is installed at that version; else the
+    one-line error that installs it (:func:`require`) or a ``ValueError`` naming both versions: an environment's
+    tasks, rules and scorer are the package's, so a resume or an eval under another version is another experiment."""
+    installed = version_of(distribution)
+    if installed == "not installed":
+        require(module, distribution, extra)
+    if recorded != installed:
+        raise ValueError(f"env.package_version: this run was made with {distribution} {recorded}, but {installed} is "
+                         "installed")  # fmt: skip
+    return recorded

@@ -11,14 +11,13 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.ecosystems.packages import version_of
+from harmonyrl.tasks.ecosystems.packages import same_version, version_of
 from harmonyrl.tasks.ecosystems.reasoning_gym_datasets import (
     DISTRIBUTION,
     Knob,
     check_task_names,
     dataset_config,
     max_level,
-    registry,
 )
 
 if TYPE_CHECKING:
@@ -96,12 +95,7 @@ class ReasoningGymEnvConfig(Frozen):
 
     def _check(self) -> None:
         """Every setting against the installed reasoning-gym; the first problem as a one-line ``ValueError``."""
-        installed = version_of(DISTRIBUTION)
-        if installed == "not installed":
-            registry()  # the one-line "pip install 'harmonyrl[reasoning-gym]'" error
-        if self.package_version != installed:
-            raise ValueError(f"env.package_version: this run drew its questions with reasoning-gym "
-                             f"{self.package_version}, but {installed} is installed")  # fmt: skip
+        same_version(self.package_version, "reasoning_gym", DISTRIBUTION, "reasoning-gym")
         check_task_names(self.tasks)
         if self.weights is not None and (len(self.weights) != len(self.tasks) or min(self.weights) <= 0):
             raise ValueError(f"env.weights must be {len(self.tasks)} positive numbers, one per task in env.tasks")

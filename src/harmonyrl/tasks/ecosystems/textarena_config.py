@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.ecosystems.packages import require, version_of
+from harmonyrl.tasks.ecosystems.packages import same_version, version_of
 
 if TYPE_CHECKING:
     from harmonyrl.tasks.custom import Expert
@@ -54,10 +54,4 @@ class TextArenaEnvConfig(Frozen):
     @field_validator("package_version")
     @classmethod
     def _same_version(cls, recorded: str) -> str:
-        installed = version_of(DISTRIBUTION)
-        if installed == "not installed":
-            require("textarena", DISTRIBUTION, "textarena")
-        if recorded != installed:
-            raise ValueError(f"env.package_version: this run was made with textarena {recorded}, but {installed} "
-                             "is installed")  # fmt: skip
-        return recorded
+        return same_version(recorded, "textarena", DISTRIBUTION, "textarena")

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.ecosystems.packages import require, version_of
+from harmonyrl.tasks.ecosystems.packages import same_version, version_of
 
 if TYPE_CHECKING:
     from harmonyrl.tasks.custom import Expert
@@ -62,10 +62,4 @@ class VerifiersEnvConfig(Frozen):
     @field_validator("package_version")
     @classmethod
     def _same_version(cls, recorded: str) -> str:
-        installed = version_of(DISTRIBUTION)
-        if installed == "not installed":
-            require("verifiers.v1", DISTRIBUTION, "verifiers")
-        if recorded != installed:
-            raise ValueError(f"env.package_version: this run was made with verifiers {recorded}, but {installed} "
-                             "is installed")  # fmt: skip
-        return recorded
+        return same_version(recorded, "verifiers.v1", DISTRIBUTION, "verifiers")
