@@ -36,11 +36,20 @@ _MESSAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Message))
 _TURN_FIELDS = tuple(f.name for f in dataclasses.fields(Turn))
 TRAJECTORY_FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory))
 """Every field a plain trajectory record carries, in declaration order."""
-_DEFAULTS: dict[str, Any] = {
-    name: getattr(Trajectory("", 0, (), (), (), 0.0, False, False, None, ()), name) for name in TRAJECTORY_FIELDS[10:]
-}
-"""Fields a record may lack (written before the field existed): the dataclass's own defaults, read off an
-instance built with only the ten required fields."""
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    """The field's default (its factory called), or ``MISSING`` for a required field."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    factory = f.default_factory
+    return factory() if callable(factory) else dataclasses.MISSING
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Trajectory)}
+_REQUIRED = tuple(name for name, f in _FIELDS.items() if _default(f) is dataclasses.MISSING)
+"""Fields a record must have; any other it may lack (written before the field existed) reads as its default, built
+afresh for each record (a default dict is never shared between trajectories)."""
 
 
 def message_to_plain(msg: Message) -> dict[str, str | None]:
@@ -100,10 +109,10 @@ def trajectory_to_plain(t: Trajectory) -> Plain:
 
 def trajectory_from_plain(d: Mapping[str, Any]) -> Trajectory:
     """The inverse of :func:`trajectory_to_plain`: equal to the trajectory that was encoded."""
-    missing = [name for name in TRAJECTORY_FIELDS if name not in d and name not in _DEFAULTS]
+    missing = [name for name in _REQUIRED if name not in d]
     if missing:
         raise KeyError(f"trajectory record lacks {', '.join(missing)}")
-    return Trajectory(**{name: _DECODE[name](d[name]) if name in d else _DEFAULTS[name] for name in _DECODE})
+    return Trajectory(**{name: _DECODE[name](d[name]) if name in d else _default(_FIELDS[name]) for name in _DECODE})
 
 
 def _failure(value: object) -> Failure | None:
