@@ -11,10 +11,10 @@ parsing again gives the same messages.
 from __future__ import annotations
 
 import pytest
-from fuzz_settings import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzz_settings import fuzz
 from harmonyrl.harmony import HarmonyTokenizer, O200kCodec, ParseResult, parse_completion, render_completion
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.types import Message

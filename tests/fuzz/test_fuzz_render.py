@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fuzz_settings import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzz_settings import fuzz
 from harmonyrl.envs.tools import Tool, observation
 from harmonyrl.harmony import HarmonyTokenizer, O200kCodec, parse_completion, render_completion, render_message
 from harmonyrl.harmony.tokenizer import Codec

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fuzz_settings import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from fuzz_settings import fuzz
 from harmonyrl.cli import app
 from tiny_run import snapshot, tiny_run
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from fuzz_settings import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzz_settings import fuzz
 from harmonyrl.envs.base import Env, EnvFactory
 from harmonyrl.envs.tools import Tool
 from harmonyrl.tasks.config import (
