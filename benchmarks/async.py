@@ -64,14 +64,14 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+import harmonyrl.jobs.train as loop
 import harmonyrl.tasks.calculator as calculator_env
-import harmonyrl.trainer.loop as loop
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.distributed.ray_envs import close_env_pool
 from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.run.hooks import RunHooks
+from harmonyrl.run.setup import load_for, make_engine, make_factory
 from harmonyrl.telemetry.stats import over_seeds, time_to_target
-from harmonyrl.trainer.run_hooks import RunHooks
-from harmonyrl.trainer.setup import load_for, make_engine, make_factory
 
 MEDIAN_S, SIGMA = 0.5, 1.2
 WARM_START = ["model.preset=micro", "threads=1"]

@@ -190,7 +190,7 @@ def rl_steps(run: Path) -> list[int]:
 
 def committed_step(run: Path) -> int:
     """The RL step of the checkpoint a resume reads now (0: none, or still SFT)."""
-    from harmonyrl.trainer.resume import load_progress
+    from harmonyrl.run.resume import load_progress
 
     saved = load_progress(run)
     return saved.step if saved is not None and saved.phase == "rl" else 0
@@ -221,7 +221,7 @@ def one_line_stop(proc: Proc) -> tuple[bool, str]:
 def resumable(run: Path) -> bool:
     """A checkpoint a resume reads, and no half-written copy beside it."""
     from harmonyrl.errors import CheckpointError
-    from harmonyrl.trainer.resume import load_progress
+    from harmonyrl.run.resume import load_progress
 
     try:
         return load_progress(run) is not None and not (run / "checkpoints" / "last.tmp").exists()
@@ -498,7 +498,7 @@ STAGES = ("writing", "written", "switching")
 def hooked(stage: str, step: int, args: list[str]) -> None:
     """``harmonyrl`` ``args`` in this process, which SIGKILLs itself at ``stage`` of writing ``checkpoints/last``
     for RL step ``step`` (see the module docstring)."""
-    import harmonyrl.trainer.checkpoint as ck
+    import harmonyrl.run.checkpoint as ck
 
     write, switch = ck._write, ck._switch
     target = {"hit": False}
@@ -672,7 +672,7 @@ def main() -> None:
         parser.error(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-chaos-"))
     out.mkdir(parents=True, exist_ok=True)
-    import harmonyrl.trainer.resume  # noqa: F401  (torch with it: seconds, not to be paid between a mark and a kill)
+    import harmonyrl.run.resume  # noqa: F401  (torch with it: seconds, not to be paid between a mark and a kill)
 
     t0 = time.monotonic()
     bench = Bench(out, args.seed, args.rl_steps, args.warm or warm_start(out, args.sft_steps))

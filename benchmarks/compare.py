@@ -3,7 +3,7 @@ soft-Q learner, from one shared SFT warm start, with the same seeds and sample b
 
     python benchmarks/compare.py [--seeds 1] [--steps 30] [--out DIR] [key=value ...]
 
-Runs ``harmonyrl compare`` (see ``harmonyrl.trainer.compare``) and prints its table. Last line:
+Runs ``harmonyrl compare`` (see ``harmonyrl.jobs.compare``) and prints its table. Last line:
 ``RESULT best=<algo> <algo>_final=<held-out pass@1> ...``.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harmonyrl.config import load_config
-from harmonyrl.trainer.compare import compare, parse_algos
+from harmonyrl.jobs.compare import compare, parse_algos
 
 ALGOS = "ppo,grpo,rloo,reinforce_pp,gspo,sac"
 

@@ -34,9 +34,9 @@ import torch
 from harmonyrl.config import load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.models.tiny_gpt_oss import load_model
+from harmonyrl.run.checkpoint_files import RUN_CONFIG_FILE
+from harmonyrl.sft.train import Demo, build_demos
 from harmonyrl.tasks.factory import expert_for, make_factory
-from harmonyrl.trainer.checkpoint_files import RUN_CONFIG_FILE
-from harmonyrl.trainer.sft import Demo, build_demos
 
 
 @dataclass(frozen=True)

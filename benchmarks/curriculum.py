@@ -38,7 +38,7 @@ import yaml
 from rich.console import Console
 
 from harmonyrl.config import RunConfig, dump_config, load_config
-from harmonyrl.trainer.loop import sft_only, train
+from harmonyrl.jobs.train import sft_only, train
 
 ARMS: dict[str, list[str]] = {
     "plain": [],

@@ -61,14 +61,14 @@ from rich.table import Table
 
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.jobs.train import eval_only, sft_only, train
+from harmonyrl.learn.batch import collate, score
 from harmonyrl.rollout.scheduler import group_requests
 from harmonyrl.rollout.team import run_rollouts
+from harmonyrl.run.checkpoint import save_checkpoint
+from harmonyrl.run.setup import load_for, make_engine, make_factory, make_model, setup_process
 from harmonyrl.telemetry.metrics import read_metrics
 from harmonyrl.telemetry.stats import mean_se
-from harmonyrl.trainer.batch import collate, score
-from harmonyrl.trainer.checkpoint import save_checkpoint
-from harmonyrl.trainer.loop import eval_only, sft_only, train
-from harmonyrl.trainer.setup import load_for, make_engine, make_factory, make_model, setup_process
 from harmonyrl.types import SamplingParams, Trajectory
 
 ARMS = ("rl", "sft", "distill")

@@ -30,8 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harmonyrl.config import load_config
+from harmonyrl.jobs.train import train
 from harmonyrl.telemetry.metrics import read_metrics
-from harmonyrl.trainer.loop import train
 
 CONFIG = [
     "sft.steps=300",  # measured: ~45 % of episodes then call the tool (150 steps: ~35 %), so faults have calls to hit

@@ -44,7 +44,7 @@ def worker(args: argparse.Namespace) -> None:
     from harmonyrl.config import RLConfig
     from harmonyrl.distributed.world import join, leave, share_cores
     from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-    from harmonyrl.trainer.learner import Learner
+    from harmonyrl.rl.learner import Learner
 
     torch.use_deterministic_algorithms(True, warn_only=True)
     world = join()

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harmonyrl.config import load_config
+from harmonyrl.jobs.train import train
 from harmonyrl.telemetry.stats import learned, over_seeds
-from harmonyrl.trainer.loop import train
 
 
 def main() -> None:

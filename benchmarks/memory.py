@@ -97,8 +97,8 @@ def build_update(variant: str, attention: str, seq: int = SEQ, precision: str = 
     from harmonyrl.config import load_config
     from harmonyrl.harmony.tokenizer import HarmonyTokenizer
     from harmonyrl.models.attention import chunk_eager_queries
-    from harmonyrl.trainer.learner import Learner
-    from harmonyrl.trainer.setup import make_model
+    from harmonyrl.rl.learner import Learner
+    from harmonyrl.run.setup import make_model
     from harmonyrl.types import Trajectory
 
     overrides = [f"rollout.max_seq_len={max(seq, SEQ)}", "device=cpu", f"model.attention={attention}",

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harmonyrl.config import load_config
-from harmonyrl.trainer.loop import sft_only, train
+from harmonyrl.jobs.train import sft_only, train
 
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "a": ("sink-less trainer, no correction", ["model.attention=harmonyrl_sinkless"]),

@@ -38,8 +38,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harmonyrl.config import load_config
+from harmonyrl.jobs.train import TrainResult, train
 from harmonyrl.telemetry.stats import Estimate, difference, over_seeds, paired
-from harmonyrl.trainer.loop import TrainResult, train
 
 ROLES = ("planner", "executor")
 SHOWN = ("reward", "response_tokens", "parse_error_rate", "tool_call_rate", "truncated_rate")

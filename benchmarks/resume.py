@@ -115,7 +115,7 @@ def main() -> None:
 
 def _completed_after_rewind(run: Path) -> int:
     """Steps a resume will keep: the rows recorded in the last checkpoint's line count."""
-    from harmonyrl.trainer.resume import load_progress
+    from harmonyrl.run.resume import load_progress
 
     saved = load_progress(run)  # read as data (weights_only), and as a resume reads it (``last.old`` included)
     if saved is None:

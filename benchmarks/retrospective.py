@@ -41,11 +41,11 @@ from rich.console import Console
 
 from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.config import load_config
+from harmonyrl.jobs.train import sft_only, train
 from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.sinks import sink_mass_by_layer
 from harmonyrl.models.tiny_gpt_oss import load_model
 from harmonyrl.rollout.store import read_step, step_path
-from harmonyrl.trainer.loop import sft_only, train
 
 SINKLESS, EXACT = "model.attention=harmonyrl_sinkless", "model.attention=harmonyrl_sink_sdpa"
 ARMS: dict[str, tuple[str, list[str]]] = {

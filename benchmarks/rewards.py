@@ -190,8 +190,8 @@ def train_judge(warm: Path, pairs: Path, out: Path, steps: int, seed: int = 0) -
     from harmonyrl.models.tiny_gpt_oss import save_model
     from harmonyrl.rewards.config import DEFAULT_RUBRIC
     from harmonyrl.rewards.judge import judge_messages
-    from harmonyrl.trainer.setup import load_for, setup_process
-    from harmonyrl.trainer.sft import render_demo, sft_step
+    from harmonyrl.run.setup import load_for, setup_process
+    from harmonyrl.sft.train import render_demo, sft_step
     from harmonyrl.types import Message
 
     if (out / "config.json").is_file():

@@ -26,11 +26,11 @@ from harmonyrl.algorithms.kl import kl_k3
 from harmonyrl.algorithms.losses import masked_token_mean
 from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.engine.local.routing_capture import EngineRouting
+from harmonyrl.learn.batch import Batch, collate
 from harmonyrl.models.moe_routing import NOT_ROUTED
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.trainer.batch import Batch, collate
-from harmonyrl.trainer.rl_targets import no_grad_pass
-from harmonyrl.trainer.routing_replay import routing_metrics
+from harmonyrl.rl.routing_replay import routing_metrics
+from harmonyrl.rl.targets import no_grad_pass
 from harmonyrl.types import Routing, SamplingParams, Trajectory
 
 VOCAB, EPISODES, REPEATS = 1536, 32, 8

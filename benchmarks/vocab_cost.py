@@ -19,9 +19,9 @@ import torch
 from harmonyrl.config import load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.models.tiny_gpt_oss import num_parameters
+from harmonyrl.run.setup import make_factory, make_model, setup_process
+from harmonyrl.sft.train import build_demos, sft_batches, sft_step
 from harmonyrl.tasks.factory import expert_for
-from harmonyrl.trainer.setup import make_factory, make_model, setup_process
-from harmonyrl.trainer.sft import build_demos, sft_batches, sft_step
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ clip, clip range (0.2 / 0.28), token-mean loss, no KL, sampling temperature, per
 and turn limit (settings: docs/vs_trl.md). harmonyrl runs its current defaults otherwise (attention kernel, engine
 decode step, adaptive threads capped at 1). TRL runs its own multi-turn tool loop (``tools=[calculator]``) on
 harmonyrl's rendered harmony prompt, and is rewarded by harmonyrl's environment replaying each completion
-(:mod:`harmonyrl.trainer.trl_adapter`). TRL's CPU settings: ``gradient_checkpointing=False`` (its default True is
+(:mod:`trl_adapter`). TRL's CPU settings: ``gradient_checkpointing=False`` (its default True is
 slower and harmonyrl does not checkpoint), eager attention (the only transformers kernel with GPT-OSS sinks), fp32;
 ``--trl KEY=VALUE`` sets any other ``GRPOConfig`` field (e.g. ``use_transformers_paged=true``), and the settings
 used are printed; TRL's vLLM generation is not available on this CPU.
@@ -55,15 +55,15 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from trl_adapter import HarmonyReward, prompt_messages, trl_tokenizer
 
 from harmonyrl.algorithms.choices import PPOClip
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.jobs.train import sft_only, train
+from harmonyrl.run.setup import held_out_eval, held_out_tasks, make_engine, make_factory, setup_process
 from harmonyrl.tasks.arith import calculator
 from harmonyrl.telemetry.stats import over_seeds, paired, time_to_target
-from harmonyrl.trainer.loop import sft_only, train
-from harmonyrl.trainer.setup import held_out_eval, held_out_tasks, make_engine, make_factory, setup_process
-from harmonyrl.trainer.trl_adapter import HarmonyReward, prompt_messages, trl_tokenizer
 
 RL = [
     "model.preset=micro",

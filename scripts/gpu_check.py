@@ -7,7 +7,7 @@ given what is left of ``--budget-s``:
   rloo, reinforce_pp, gae, a2c) and once with the GSPO loss and R3 routing replay: every RL step must update
   (equal-reward groups are not skipped here), seconds, held-out success before/after (a nano model: this proves
   the path runs on the device, not that it learns).
-* ``gate``: the mismatch gate (``harmonyrl check-mismatch``, :mod:`harmonyrl.trainer.mismatch_gate`) on the
+* ``gate``: the mismatch gate (``harmonyrl check-mismatch``, :mod:`harmonyrl.jobs.check_mismatch`) on the
   device: the tiny run's RL steps with the embedded engine, fp32 (engine and trainer) and bf16 (engine dtype and
   trainer autocast), each judged at its precision's documented bound; the mean KL, worst step and verdict of each.
 * ``kernel`` (c): ``benchmarks/attention_gpu.py --check``: the flex sink kernel's exactness (forward and every
@@ -19,7 +19,7 @@ given what is left of ``--budget-s``:
   the flex sink kernel, one policy update at 4k tokens (forward, PPO-clip loss on the sampled tokens, backward,
   AdamW on the adapters): peak GPU memory, step time, tokens/s and MFU (6 × active parameters per token, against
   the H200's 989 TFLOP/s dense bf16), beside the analytic memory model's prediction
-  (:mod:`harmonyrl.trainer.footprint`) and its error. This is the update's model path, not the trainer's loop.
+  (:mod:`harmonyrl.learn.footprint`) and its error. This is the update's model path, not the trainer's loop.
 * ``engine`` (d): the embedded engine (bf16, on the GPU) vs transformers ``generate`` on a two-layer model with
   the 20b's layer geometry: tokens/s of each, and the engine-vs-trainer mismatch on the engine's own samples
   (mean k1 and k3 KL estimates, largest per-token log-prob gap; trainer forward in bf16 and in fp32).
@@ -200,7 +200,7 @@ def section_gate(dry_run: bool, out: Path) -> dict[str, Any]:
     from rich.console import Console
 
     from harmonyrl.config import load_config
-    from harmonyrl.trainer.mismatch_gate import GATE_DEFAULTS, run_gate
+    from harmonyrl.jobs.check_mismatch import GATE_DEFAULTS, run_gate
 
     device = device_of(dry_run)
     figures: dict[str, Any] = {}
@@ -282,13 +282,13 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     import torch
 
     from harmonyrl.algorithms.losses import ppo_clip_loss
+    from harmonyrl.learn.footprint import Plan, estimate
     from harmonyrl.models import grad_checkpointing
     from harmonyrl.models.attention import set_kernel
     from harmonyrl.models.load import load_checkpoint
     from harmonyrl.models.lora import add_lora
     from harmonyrl.models.synthetic import write_synthetic
     from harmonyrl.plan.estimate import active_parameters
-    from harmonyrl.trainer.footprint import Plan, estimate
 
     device = torch.device(device_of(dry_run))
     folder = synthetic_folder(dry_run, out)

@@ -108,7 +108,7 @@ def _trajectories(n_layers: int, k: int, with_routing: bool) -> list[Trajectory]
 def _update(rl: dict[str, Any]) -> dict[str, float]:
     from harmonyrl.config import RLConfig
     from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-    from harmonyrl.trainer.learner import Learner
+    from harmonyrl.rl.learner import Learner
 
     cfg = RLConfig(**rl)
     model = build_model(build_config("nano", VOCAB, 0, 1), seed=0)
@@ -175,8 +175,8 @@ def rl_update_r3() -> None:
 def cuda_rng_state_round_trip() -> None:
     """A checkpoint keeps every GPU's RNG state and a resume puts it back."""
     from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-    from harmonyrl.trainer.checkpoint import load_state, save_checkpoint
-    from harmonyrl.trainer.run_state import Rngs
+    from harmonyrl.run.checkpoint import load_state, save_checkpoint
+    from harmonyrl.run.state import Rngs
 
     saved = torch.cuda.get_rng_state_all()
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,7 +195,7 @@ def _run(folder: Path, overrides: list[str], resume: bool = False) -> Any:
     from rich.console import Console
 
     from harmonyrl.config import load_config
-    from harmonyrl.trainer.loop import train
+    from harmonyrl.jobs.train import train
     from tiny_run import tiny_run
 
     config = load_config(None, tiny_run(*overrides, "device=cuda", f"output_dir={folder}", "run_name=run"))
@@ -208,7 +208,7 @@ def train_sft_eval_rl_checkpoint_resume() -> None:
     """``harmonyrl train device=cuda``: SFT, the embedded engine (torch decode) and eval, an R3 RL update with the
     engine's routing, the checkpoints; then a run stopped after RL step 1 and resumed from its last checkpoint
     (model, optimizer and RNG states back on the device) to train step 2."""
-    from harmonyrl.trainer.checkpoint import load_state
+    from harmonyrl.run.checkpoint import load_state
 
     small = ["sft.steps=2", "rl.steps=2", "eval.n_tasks=2", "rollout.max_new_tokens=12", "rl.routing_replay=r3",
              "rl.skip_zero_variance_groups=false", "threads=1"]  # fmt: skip

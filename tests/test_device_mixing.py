@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from harmonyrl.distributed.world import backend_for
-from harmonyrl.trainer.run_state import Rngs
+from harmonyrl.run.state import Rngs
 
 CHECKS = Path(__file__).with_name("fake_cuda_checks.py")
 NAMES = [

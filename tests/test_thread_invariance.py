@@ -21,14 +21,14 @@ import torch.nn.functional as F
 
 from harmonyrl.algorithms.losses import aggregate_loss
 from harmonyrl.config import load_config
+from harmonyrl.learn.batch import collate, score
 from harmonyrl.models.attention import CUDA_TRAINING_ONLY, KERNELS, THREAD_INVARIANT_KERNELS, set_kernel
 from harmonyrl.models.thread_invariant import softmax_last_dim
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.rl.learner import Learner
+from harmonyrl.run.setup import adapts_threads
+from harmonyrl.sft.train import Demo, sft_step
 from harmonyrl.threads import available_cores, products_are_thread_invariant
-from harmonyrl.trainer.batch import collate, score
-from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.setup import adapts_threads
-from harmonyrl.trainer.sft import Demo, sft_step
 from harmonyrl.types import Trajectory
 
 T = TypeVar("T")

@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzz_settings import fuzz
+from harmonyrl.rl.replay_buffer import ReplayBuffer
 from harmonyrl.rollout.store import read_step, write_step
 from harmonyrl.telemetry.episodes import append_episodes, iter_episodes
-from harmonyrl.trainer.replay_buffer import ReplayBuffer
 from harmonyrl.trajectory_codec import TRAJECTORY_FIELDS, trajectory_from_plain, trajectory_to_plain
 from harmonyrl.types import ENV_FAILURE_KINDS, ROLE_TERM, Failure, Message, Routing, Trajectory, Turn
 

@@ -13,8 +13,8 @@ import pytest
 from benchmark_module import load_benchmark
 from harmonyrl.config import dump_config, load_config
 from harmonyrl.harmony.codecs import load_codec
-from harmonyrl.trainer.checkpoint_files import RUN_CONFIG_FILE
-from harmonyrl.trainer.sft import Demo
+from harmonyrl.run.checkpoint_files import RUN_CONFIG_FILE
+from harmonyrl.sft.train import Demo
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "copy_probe.py"
 

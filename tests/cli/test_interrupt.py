@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from harmonyrl.trainer.run_folder import completed, interrupted_message
+from harmonyrl.run.folder import completed, interrupted_message
 from tiny_run import tiny_run
 
 RL_STEPS = 40

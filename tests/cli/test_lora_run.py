@@ -15,7 +15,7 @@ from harmonyrl.cli import app
 from harmonyrl.config import load_config
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.lora import ADAPTER_FILE, merged_state_dict
-from harmonyrl.trainer.setup import make_model, resume_model
+from harmonyrl.run.setup import make_model, resume_model
 from tiny_run import tiny_run
 
 LORA = (

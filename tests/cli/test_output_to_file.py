@@ -73,7 +73,7 @@ def test_compare_table_is_whole_in_a_file(tmp_path: Path) -> None:
 
 def test_arms_apart_by_more_than_the_noise_are_ranked_without_a_note() -> None:
     from harmonyrl.config import load_config
-    from harmonyrl.trainer.compare import AlgoResult, ranking_note
+    from harmonyrl.jobs.compare import AlgoResult, ranking_note
 
     def arm(name: str, final: float) -> AlgoResult:
         return AlgoResult(name, 1, None, None, final, final, final, 1.0, 0.0, 1.0, [])

@@ -127,7 +127,7 @@ def test_the_preset_is_named_in_the_runs_first_line_and_config_yaml(tmp_path: Pa
 
 def test_algorithm_presets_are_typed_rl_sections_that_compare_and_presets_use(folder: Path) -> None:
     from harmonyrl.algorithms.choices import GAE, GRPO, NamedAlgorithm, PolicyGradient, SoftQ
-    from harmonyrl.trainer.compare import algorithm_names, named_algorithm, parse_algos
+    from harmonyrl.jobs.compare import algorithm_names, named_algorithm, parse_algos
 
     algos = folder / "algorithms"
     algos.mkdir()
@@ -148,7 +148,7 @@ def test_algorithm_presets_are_typed_rl_sections_that_compare_and_presets_use(fo
         "soft         (compare --algos) soft: the soft-Q row.",
     ]
     # applied on top of a run's rl settings, a choice the preset sets replaces the run's whole; unset ones stay
-    from harmonyrl.trainer.compare import _rl_for
+    from harmonyrl.jobs.compare import _rl_for
 
     run = load_config(None, ["rl.advantage.std_normalize=false", "rl.loss.clip_high=0.3", "rl.lr=0.003"])
     soft = _rl_for(run, "soft")
@@ -157,7 +157,7 @@ def test_algorithm_presets_are_typed_rl_sections_that_compare_and_presets_use(fo
 
 
 def test_shipped_algorithm_presets_validate_and_describe_themselves() -> None:
-    from harmonyrl.trainer.compare import algorithm_names, named_algorithm
+    from harmonyrl.jobs.compare import algorithm_names, named_algorithm
 
     shipped = available(preset_files.algorithms_folder())
     assert {"ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "a2c", "sac"} <= set(algorithm_names())

@@ -18,9 +18,9 @@ import pytest
 import torch
 from typer.testing import CliRunner, Result
 
-import harmonyrl.trainer.checkpoint as checkpoint_module
-import harmonyrl.trainer.collect as collect_module
-import harmonyrl.trainer.loop as loop_module
+import harmonyrl.jobs.train as loop_module
+import harmonyrl.rl.collect as collect_module
+import harmonyrl.run.checkpoint as checkpoint_module
 from harmonyrl.cli import app
 from tiny_run import snapshot
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import harmonyrl.trainer.warm_start as warm_start
+import harmonyrl.sft.warm_start as warm_start
 from harmonyrl.cli import app
 
 runner = CliRunner()

@@ -18,8 +18,8 @@ from harmonyrl.cli import app
 from harmonyrl.config import load_config
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
-from harmonyrl.trainer.checkpoint import save_checkpoint
-from harmonyrl.trainer.checkpoint_files import CheckpointFiles
+from harmonyrl.run.checkpoint import save_checkpoint
+from harmonyrl.run.checkpoint_files import CheckpointFiles
 
 runner = CliRunner()
 SMALL = ["rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=16", "eval.n_tasks=1"]

@@ -17,8 +17,8 @@ from harmonyrl.config import RLConfig
 from harmonyrl.distributed.fsdp import full_state_dict, sharded_copy
 from harmonyrl.distributed.world import join, leave
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.trainer.learner import Learner
-from harmonyrl.trainer.sft import Demo, sft_step
+from harmonyrl.rl.learner import Learner
+from harmonyrl.sft.train import Demo, sft_step
 from harmonyrl.types import Trajectory
 
 VOCAB = 97

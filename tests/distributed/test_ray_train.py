@@ -97,9 +97,9 @@ def test_without_ray_installed_scale_ray_says_how_to_install_it(monkeypatch: pyt
 def test_the_default_run_never_imports_ray() -> None:
     code = (
         "import sys, asyncio\n"
-        "import harmonyrl.cli, harmonyrl.trainer.loop\n"
+        "import harmonyrl.cli, harmonyrl.jobs.train\n"
         "from harmonyrl.config import load_config\n"
-        "from harmonyrl.trainer.setup import make_factory\n"
+        "from harmonyrl.run.setup import make_factory\n"
         "make_factory(load_config(overrides=['env.n_train=8', 'env.n_test=2']))\n"
         "assert 'ray' not in sys.modules, 'ray was imported'\n"
     )

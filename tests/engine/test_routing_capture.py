@@ -13,10 +13,10 @@ import torch
 from transformers import GptOssForCausalLM
 
 from harmonyrl.engine.local.engine import LocalEngine
+from harmonyrl.learn.batch import score
 from harmonyrl.models.moe_routing import MoeRouting
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rollout.agent_loop import _Builder
-from harmonyrl.trainer.batch import score
 from harmonyrl.types import Generation, Routing, SamplingParams
 
 VOCAB = 300

@@ -15,8 +15,8 @@ from harmonyrl.envs.faults import EXPECTED_FAILURE, FaultInjector, InjectedKind,
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.rollout.scheduler import RolloutResult, group_requests, run_episodes
+from harmonyrl.run.setup import with_faults
 from harmonyrl.tasks.calculator import CalculatorFactory
-from harmonyrl.trainer.setup import with_faults
 from harmonyrl.types import SamplingParams
 
 TOK = HarmonyTokenizer.load_default()

@@ -16,10 +16,10 @@ from harmonyrl.config import load_config
 from harmonyrl.harmony import HarmonyTokenizer, render_prompt, system_message
 from harmonyrl.harmony.tokenizer import HARMONY_SPECIALS
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
+from harmonyrl.run.checkpoint import save_checkpoint
+from harmonyrl.run.checkpoint_files import RUN_CONFIG_FILE, CheckpointFiles
+from harmonyrl.sft.train import build_demos
 from harmonyrl.tasks.factory import expert_for, make_factory
-from harmonyrl.trainer.checkpoint import save_checkpoint
-from harmonyrl.trainer.checkpoint_files import RUN_CONFIG_FILE, CheckpointFiles
-from harmonyrl.trainer.sft import build_demos
 from harmonyrl.types import Message
 
 README = Path(__file__).resolve().parents[2] / "README.md"

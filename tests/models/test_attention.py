@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harmonyrl.learn.batch import _forward
 from harmonyrl.models.attention import KERNELS, set_kernel, sink_sdpa
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.trainer.batch import _forward
 
 VOCAB = 97
 

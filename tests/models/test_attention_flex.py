@@ -56,7 +56,7 @@ def test_nano_model_forward_equals_eager_with_window_and_padding() -> None:
 
 def test_nano_model_shared_prefix_pass_equals_eager() -> None:
     # the tail's queries sit after the cached prefix's keys (T != S): the block mask carries transformers' offsets
-    from harmonyrl.trainer.batch import _forward
+    from harmonyrl.learn.batch import _forward
 
     model = _model()
     g = torch.Generator().manual_seed(2)

@@ -10,7 +10,7 @@ import torch
 from harmonyrl.config import ConfigError, load_config
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
-from harmonyrl.trainer.setup import make_model
+from harmonyrl.run.setup import make_model
 
 
 def _pair(head_init: str) -> tuple[torch.Tensor, torch.Tensor]:

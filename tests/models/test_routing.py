@@ -16,8 +16,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GptOssConfig, GptOssForCausalLM
 
+from harmonyrl.learn.batch import MIN_SHARED_PREFIX, score
 from harmonyrl.models.moe_routing import MoeRouting, routing_dtype
-from harmonyrl.trainer.batch import MIN_SHARED_PREFIX, score
 
 E, K, HID, INTER, VOCAB = 16, 2, 32, 64, 64
 

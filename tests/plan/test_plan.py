@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from harmonyrl.cli import app
 from harmonyrl.config import load_config
+from harmonyrl.learn.footprint import Plan, estimate
 from harmonyrl.plan.estimate import plan_run
 from harmonyrl.plan.hardware import lookup
 from harmonyrl.plan.model_size import model_config
-from harmonyrl.trainer.footprint import Plan, estimate
 
 runner = CliRunner()
 GPU_RUN = ["model.precision=bf16", "model.gradient_checkpointing=true", "model.attention=harmonyrl_sink_sdpa",

@@ -16,8 +16,8 @@ from harmonyrl.config import ConfigError, load_config
 from harmonyrl.engine.vllm import VllmEngine
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.harmony.render import render_completion
+from harmonyrl.rl import reward_setup
 from harmonyrl.tasks.factory import make_factory
-from harmonyrl.trainer import reward_setup
 from harmonyrl.types import Message, Trajectory, Turn
 
 TOK = load_codec("harmonyrl_bpe")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from harmonyrl.config import load_config
 from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.jobs.rm_pairs import generate_pairs, pair_row
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model, save_model
 from harmonyrl.rewards.pair_files import read_pairs
-from harmonyrl.trainer.preference_gen import generate_pairs, pair_row
 from harmonyrl.types import Message, Task, Trajectory, Turn
 
 

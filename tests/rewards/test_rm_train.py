@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from harmonyrl.cli import app
 from harmonyrl.cli.rm import rm_train_config
+from harmonyrl.jobs.rm_train import split_by_prompt, train_reward_model
 from harmonyrl.rewards.model import load_reward_model
 from harmonyrl.telemetry.metrics import read_metrics
-from harmonyrl.trainer.reward_model_train import split_by_prompt, train_reward_model
 
 TOPICS = ["the sea", "a garden", "the night sky", "a market", "a library", "snow", "a train", "a bicycle"]
 

@@ -331,7 +331,7 @@ def test_every_episode_carries_its_tasks_prompt_and_expected_answer() -> None:
 def test_an_evaluation_counts_its_faults_by_class_per_pass() -> None:
     """Sampled and greedy passes each keep their failure classes (one ``env/`` key let the greedy pass overwrite
     the sampled one's), and none lands under ``env/failure_*``, which the RL fault plot reads."""
-    from harmonyrl.trainer.evaluate import evaluate
+    from harmonyrl.run.evaluate import evaluate
 
     def calculator(expression: str) -> str:
         """Its backend is down."""

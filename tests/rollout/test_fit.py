@@ -10,8 +10,8 @@ from rich.console import Console
 from harmonyrl.config import load_config
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.fit import PromptFit, prompt_lengths, warn_if_prompts_do_not_fit
+from harmonyrl.run.setup import make_factory
 from harmonyrl.tasks.calculator import CalculatorEnv, CalculatorFactory
-from harmonyrl.trainer.setup import make_factory
 from harmonyrl.types import Message, Task
 
 TOK = HarmonyTokenizer.load_default()

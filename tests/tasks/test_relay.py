@@ -1,5 +1,5 @@
 """The relay env (tasks/relay.py): its roles' views and grading, its scripted experts, the team warm start's
-demonstrations (trainer/team_demos.py) and its selection from the config."""
+demonstrations (sft/team_demos.py) and its selection from the config."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from harmonyrl.config import ConfigError, load_config
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.envs.team import TeamFactory
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.sft.team_demos import build_team_demos
 from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
 from harmonyrl.tasks.config import RelayEnvConfig
 from harmonyrl.tasks.factory import expert_for, make_factory
 from harmonyrl.tasks.relay import EXECUTOR_INSTRUCTIONS, PLANNER_INSTRUCTIONS, executor_demo, planner_demo
-from harmonyrl.trainer.team_demos import build_team_demos
 from harmonyrl.types import Message
 
 TOK = HarmonyTokenizer.load_default()

@@ -16,11 +16,11 @@ import pytest
 from harmonyrl.config import load_config
 from harmonyrl.envs.checker import check_env, missing_validation
 from harmonyrl.envs.taskfile import Draw, carved
+from harmonyrl.run.setup import held_out_tasks
 from harmonyrl.tasks import browse, calculator, instruct, maze, retool, sql
 from harmonyrl.tasks.custom import CarvedValidation, HashOrdered, with_validation
 from harmonyrl.tasks.factory import make_factory
 from harmonyrl.tasks.humaneval import held_out_ids, split_tasks, validation_ids
-from harmonyrl.trainer.setup import held_out_tasks
 from harmonyrl.types import Split, Task
 
 SPLITS: tuple[Split, ...] = ("train", "validation", "test")

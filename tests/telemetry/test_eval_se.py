@@ -13,8 +13,8 @@ from fakes import ScriptedEngine
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits
+from harmonyrl.run.evaluate import evaluate
 from harmonyrl.tasks.calculator import CalculatorFactory, expression_of
-from harmonyrl.trainer.evaluate import evaluate
 from harmonyrl.types import Message
 
 TOK = HarmonyTokenizer.load_default()

@@ -7,7 +7,7 @@ system for language reasoning", eq. 5):
 * the **behaviour** policy π_behav, which sampled the tokens: the engine, possibly versions behind
   (``sampler_logprobs``, carried per token);
 * the **proximal** policy π_prox, which the update must stay near: the trainer's policy before this update
-  (the old-policy pass, :func:`harmonyrl.trainer.rl_targets.no_grad_pass`);
+  (the old-policy pass, :func:`harmonyrl.rl.targets.no_grad_pass`);
 * the policy being trained, π_θ.
 
 The objective keeps PPO's trust region around π_prox and corrects the sampling distribution by importance weights::

@@ -72,7 +72,7 @@ OverwriteOpt = Annotated[
 def run_failed(e: Exception) -> typer.Exit:
     """A run that stopped on an exception that is not the user's: one line, the traceback in the run folder's
     ``error.log`` (named by a note on the exception) or, when there is none, on stderr."""
-    from harmonyrl.trainer.run_errors import TRACEBACK_NOTE, is_storage_error, storage_message
+    from harmonyrl.run.failure import TRACEBACK_NOTE, is_storage_error, storage_message
 
     if isinstance(e, OSError) and is_storage_error(e):  # before the run folder existed: nothing was kept
         return fail(storage_message(e, None))
@@ -90,7 +90,7 @@ def run_failed(e: Exception) -> typer.Exit:
 def interrupted(run_dir: Path, command: str) -> typer.Exit:
     """Ctrl-C: one line saying where the run got to and how to continue it (exit 130, the shell's for SIGINT).
     The folder is left as a kill would leave it: every completed step is checkpointed atomically."""
-    from harmonyrl.trainer.run_folder import interrupted_message
+    from harmonyrl.run.folder import interrupted_message
 
     console.print(f"[yellow]{escape(interrupted_message(run_dir, command))}[/]", highlight=False, soft_wrap=True)
     return typer.Exit(code=130)

@@ -1,4 +1,4 @@
-"""``harmonyrl check-mismatch``: the mismatch gate (:mod:`harmonyrl.trainer.mismatch_gate`) on the command line.
+"""``harmonyrl check-mismatch``: the mismatch gate (:mod:`harmonyrl.jobs.check_mismatch`) on the command line.
 
 Runs N RL steps of the run the config describes against its engine (the embedded one, or a vLLM server with
 ``rollout.engine.kind=vllm``) and exits 1 with one line when the mean sampler-vs-trainer KL exceeds the bound of
@@ -18,8 +18,8 @@ from rich.markup import escape
 
 from harmonyrl.cli.common import USER_ERRORS, console, fail
 from harmonyrl.config import ConfigError, RunConfig, load_config
+from harmonyrl.jobs.check_mismatch import GATE_DEFAULTS, GateInputError, parse_bound, run_gate
 from harmonyrl.preset_files import PresetError, find
-from harmonyrl.trainer.mismatch_gate import GATE_DEFAULTS, GateInputError, parse_bound, run_gate
 
 
 def check_mismatch_cmd(

@@ -16,7 +16,7 @@ from harmonyrl.envs.loader import TargetError
 from harmonyrl.errors import CheckpointError
 
 if TYPE_CHECKING:  # torch behind it: imported inside the command
-    from harmonyrl.trainer.replay_step import ReplayResult
+    from harmonyrl.jobs.replay import ReplayResult
 
 
 def check_env_cmd(
@@ -127,8 +127,8 @@ def replay(
 ) -> None:
     """Re-run one training step from stored episodes (no generation) and compare its metrics with metrics.jsonl, and
     its weights bit for bit where the run has a checkpoint of them; exit 1 on a difference."""
-    from harmonyrl.trainer import replay_step as rp
-    from harmonyrl.trainer.run_errors import is_storage_error, storage_message
+    from harmonyrl.jobs import replay as rp
+    from harmonyrl.run.failure import is_storage_error, storage_message
 
     try:
         result = rp.replay_step(run_dir, step, checkpoint, save)

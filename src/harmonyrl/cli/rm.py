@@ -54,7 +54,7 @@ def train_cmd(
 
         loaded = read_pairs(cfg.data)  # before any compute: a bad file is one line
         console.print(loaded.summary(), highlight=False, soft_wrap=True)
-        from harmonyrl.trainer.reward_model_train import train_reward_model
+        from harmonyrl.jobs.rm_train import train_reward_model
 
         result = train_reward_model(cfg, loaded)
     except (*USER_ERRORS, ValueError) as e:
@@ -80,7 +80,7 @@ def pairs_cmd(
         given = ["env.name=instruct", *given]
     try:
         cfg = load_config(config, given)
-        from harmonyrl.trainer.preference_gen import generate_pairs
+        from harmonyrl.jobs.rm_pairs import generate_pairs
 
         stats = asyncio.run(generate_pairs(cfg, checkpoint, prompts, out))
     except USER_ERRORS as e:

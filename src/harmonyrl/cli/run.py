@@ -35,7 +35,7 @@ def _run_config(
 ) -> RunConfig:
     """The config of a run: the resumed run's own ``config.yaml``, else the given one with the run name fixed
     now (so that a run that fails before its first step can be cleaned up by name)."""
-    from harmonyrl.trainer.run_folder import default_run_name
+    from harmonyrl.run.folder import default_run_name
 
     if resume is None:
         file = preset_file(preset)
@@ -69,7 +69,7 @@ def train(
     console.quiet = not world.is_main  # rank 0 alone talks; the others fail as it does, silently
     try:
         cfg = broadcast(_run_config(config, overrides, resume, overwrite, preset), world)  # rank 0's default run name
-        from harmonyrl.trainer.learner import check_distributable
+        from harmonyrl.rl.learner import check_distributable
 
         try:
             check_distributable(cfg.rl, world)
@@ -87,11 +87,11 @@ def _train(cfg: RunConfig, resume: bool, overwrite: bool, world: World) -> None:
     from contextlib import nullcontext
 
     from harmonyrl.cli.plan import check_plan, resident_bytes
-    from harmonyrl.trainer.fault_breaker import FaultBreakerTripped
-    from harmonyrl.trainer.loop import train as run_train
-    from harmonyrl.trainer.ranks import RankZeroStopped
-    from harmonyrl.trainer.run_errors import EngineStopped, RunFolderError
-    from harmonyrl.trainer.run_folder import discard_if_unstarted
+    from harmonyrl.jobs.train import train as run_train
+    from harmonyrl.rl.fault_breaker import FaultBreakerTripped
+    from harmonyrl.run.failure import EngineStopped, RunFolderError
+    from harmonyrl.run.folder import discard_if_unstarted
+    from harmonyrl.run.ranks import RankZeroStopped
 
     run_dir = cfg.output_dir / str(cfg.run_name)
     resident = resident_bytes("VmRSS", reset_peak=True)
@@ -134,9 +134,9 @@ def sft(
     if export_demos is not None:
         return _export_demos(config_of(config, overrides, preset_file(preset)), export_demos)
     cfg = _run_config(config, overrides, resume, overwrite, preset)
-    from harmonyrl.trainer.loop import sft_only
-    from harmonyrl.trainer.run_errors import RunFolderError
-    from harmonyrl.trainer.run_folder import discard_if_unstarted
+    from harmonyrl.jobs.train import sft_only
+    from harmonyrl.run.failure import RunFolderError
+    from harmonyrl.run.folder import discard_if_unstarted
 
     run_dir = cfg.output_dir / str(cfg.run_name)
     try:
@@ -154,7 +154,7 @@ def sft(
 
 
 def _export_demos(cfg: RunConfig, path: Path) -> None:
-    from harmonyrl.trainer.demos_export import export_expert_demos
+    from harmonyrl.jobs.export_demos import export_expert_demos
 
     try:
         n = asyncio.run(export_expert_demos(cfg, path))
@@ -169,7 +169,7 @@ def _eval_config(config: Path | None, overrides: list[str], checkpoint: Path, pr
     try:
         return load_config(config, overrides, [] if preset is None else [preset])
     except ConfigError as e:
-        from harmonyrl.trainer.checkpoint_files import record_path
+        from harmonyrl.run.checkpoint_files import record_path
 
         others = [o for o in overrides if not o.strip().startswith("env.")]
         if len(others) == len(overrides) or record_path(checkpoint) is None:
@@ -193,7 +193,7 @@ def evaluate(
     """Evaluate a checkpoint on the held-out split of the env it was trained on (recorded in the checkpoint);
     prints a table and the metrics as JSON."""
     from harmonyrl.config import merge_trees
-    from harmonyrl.trainer.eval_env import explicit_env, resolve_eval_env
+    from harmonyrl.run.eval_env import explicit_env, resolve_eval_env
 
     overrides = [*(overrides or []), *([f"eval.split={split}"] if split else [])]  # eval.split's default: test
     file = preset_file(preset)
@@ -209,7 +209,7 @@ def evaluate(
     except USER_ERRORS as e:
         raise fail(str(e)) from None
     cfg = chosen.config
-    from harmonyrl.trainer.loop import eval_only
+    from harmonyrl.jobs.train import eval_only
 
     try:
         metrics = asyncio.run(eval_only(cfg, checkpoint, console, announce=chosen.message_for))

@@ -71,7 +71,7 @@ def compare_cmd(
     """Run several RL algorithms on the same env, model, seeds and sample budget; write a table and a plot."""
     one_process("compare")
     cfg = config_of(config, overrides)
-    from harmonyrl.trainer.compare import compare, parse_algos
+    from harmonyrl.jobs.compare import compare, parse_algos
 
     try:
         names = parse_algos(algos)
@@ -108,10 +108,10 @@ def sweep_cmd(
     """Search config values with Optuna (TPE, median pruning): each trial a `harmonyrl train` process; writes
     best_config.yaml, trials.csv and trials.png to the sweep folder (docs/sweeps.md)."""
     one_process("sweep")
+    from harmonyrl.run.folder import default_run_name
     from harmonyrl.sweep import command
     from harmonyrl.sweep.space import SpaceError
     from harmonyrl.sweep.study import SweepError
-    from harmonyrl.trainer.run_folder import default_run_name
 
     try:
         if resume is None:

@@ -10,7 +10,7 @@ from harmonyrl.frozen import Frozen
 
 
 class FaultBreakerConfig(Frozen):
-    """Stop a run whose episodes keep faulting instead of masking its steps away (see trainer/fault_breaker.py)."""
+    """Stop a run whose episodes keep faulting instead of masking its steps away (see rl/fault_breaker.py)."""
 
     max_fraction: float = Field(0.5, ge=0, le=1)
     """A step is faulted when more than this fraction of its episodes ends in an environment fault (1: never)."""

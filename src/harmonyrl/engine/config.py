@@ -2,7 +2,7 @@
 
 ``local`` is the embedded engine (:mod:`harmonyrl.engine.local`), the laptop default; ``vllm`` is a client of a
 vLLM server spoken to over HTTP in token ids (:mod:`harmonyrl.engine.vllm`). Both are built in one place,
-``harmonyrl.trainer.setup.make_engine``; the rest of the code sees only the ``Engine`` protocol.
+``harmonyrl.run.setup.make_engine``; the rest of the code sees only the ``Engine`` protocol.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from harmonyrl.config import RunConfig
+from harmonyrl.learn.footprint import GIB
 from harmonyrl.plan.estimate import plan_run
 from harmonyrl.plan.hardware import Hardware, calibrate
 from harmonyrl.plan.model_size import model_config
-from harmonyrl.trainer.footprint import GIB
 
 TIMES = {"step_s": "time/step_s", "rollout_s": "time/rollout_s", "update_s": "time/train_s"}
 

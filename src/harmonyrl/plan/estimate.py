@@ -1,6 +1,6 @@
 """A run config on given hardware: memory per device, the smallest layout that fits, throughput, time and cost.
 
-Memory is the trainer's memory model (:mod:`harmonyrl.trainer.footprint`) for the plan the config implies; FSDP
+Memory is the trainer's memory model (:mod:`harmonyrl.learn.footprint`) for the plan the config implies; FSDP
 over ``f`` devices divides weights, adapters, master weights, gradients, optimizer state and a separate reference
 by ``f`` (activations are per device). A colocated engine is possible on one device only (it shares the trainer's
 weights); with more, rollouts go to a separate engine whose devices hold bf16 weights and the KV cache split over
@@ -33,8 +33,8 @@ from transformers import GptOssConfig
 
 from harmonyrl.config import RunConfig
 from harmonyrl.engine.config import LocalEngineConfig
+from harmonyrl.learn.footprint import GIB, Footprint, Plan, estimate, parameter_count
 from harmonyrl.plan.hardware import Hardware
-from harmonyrl.trainer.footprint import GIB, Footprint, Plan, estimate, parameter_count
 
 TRAIN_MFU = 0.4
 PREFILL_MFU = 0.5

@@ -1,5 +1,5 @@
 """Reading preference pairs from a file: JSONL (one pair a line), parquet, or a Hugging Face ``datasets`` folder saved
-with ``save_to_disk`` (its ``train`` split), as ``sft.demos`` files are read (trainer/demo_files.py). Every row that
+with ``save_to_disk`` (its ``train`` split), as ``sft.demos`` files are read (sft/demo_files.py). Every row that
 is not a pair is kept as a :class:`PairIssue` naming file and line (row for tables), and counted; a file that cannot
 be read at all, or holds no usable pair, is a one-line :class:`PairFileError`."""
 

@@ -47,7 +47,7 @@ _NUMBER = re.compile(r"-?\d+")
 def one_role_only(task: Task, rng: random.Random) -> list[Message]:
     """What a single-expert caller (``harmonyrl sft --export-demos``) gets for the team: a one-line refusal."""
     raise UserCodeError(
-        "env.name=relay demonstrates each role with its own expert (trainer/team_demos.py): "
+        "env.name=relay demonstrates each role with its own expert (sft/team_demos.py): "
         "exporting its demonstrations is not supported"
     )
 

@@ -14,7 +14,7 @@ device and dtype and sharing is on, and a cast copy otherwise. So:
   merged adapters) re-points the engine at them; the engine never writes into a tensor it shares.
   Only valid while the trainer does not change the weights during a generation: the synchronous pipeline
   (rollout, then train, then sync). The async pipeline samples old versions while the trainer updates
-  (docs/async.md), so it must not share: ``harmonyrl.trainer.setup.make_engine`` shares only without it, and
+  (docs/async.md), so it must not share: ``harmonyrl.run.setup.make_engine`` shares only without it, and
   :meth:`LocalEngine.replica` always copies.
 * **copied** (``share=False``, the default for a bare ``LocalEngine``, and whenever device or dtype differ): one
   cast copy per tensor, straight to the engine's device and dtype (the engine used to deep-copy the whole model in

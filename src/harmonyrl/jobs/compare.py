@@ -1,0 +1,247 @@
+"""``harmonyrl compare``: several RL algorithms on the same env, model, seeds and sample budget.
+
+For each seed one SFT warm start is trained and shared by every algorithm, so the algorithms differ only
+in the RL update. Each algorithm then runs ``rl.steps`` steps (the same episodes per step: the same sample
+budget) with held-out evaluations every ``eval.every`` steps, and the comparison reads its metrics.jsonl:
+
+* steps and minutes until held-out pass@1 first reaches ``target``;
+* pass@1 at half the sample budget (sample efficiency) and at the end (final performance);
+* the worst grad norm and the largest KL to the reference seen during training (stability).
+
+Writes ``OUT/compare.json``, ``OUT/compare.md`` (the table) and ``OUT/compare.png`` (learning curves).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from harmonyrl import preset_files
+from harmonyrl.algorithms.choices import NamedAlgorithm
+from harmonyrl.config import ConfigError, RLConfig, RunConfig
+from harmonyrl.jobs.train import sft_only, train
+
+
+@dataclass(frozen=True)
+class AlgoResult:
+    algo: str
+    seeds: int
+    steps_to_target: float | None
+    """Mean over seeds of the first evaluated step at which pass@1 ≥ target (None: some seed never did)."""
+    minutes_to_target: float | None
+    success_at_half: float
+    """Held-out pass@1 at the evaluation closest to half the sample budget (mean over seeds)."""
+    final_success: float
+    final_greedy: float
+    worst_grad_norm: float
+    max_kl: float
+    minutes: float
+    curve: list[tuple[int, float]]
+    """(RL step, held-out pass@1) averaged over seeds."""
+
+
+def algorithm_names() -> list[str]:
+    """The named algorithms: one per algorithm preset (``harmonyrl/presets/algorithms/NAME.yaml``), sorted."""
+    return [p.name for p in preset_files.available(preset_files.algorithms_folder())]
+
+
+def named_algorithm(name: str) -> NamedAlgorithm:
+    """The typed ``rl`` choices of the algorithm preset ``name`` (a shipped file that does not validate is a bug,
+    raised as such)."""
+    path = preset_files.find(name, preset_files.algorithms_folder())
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or set(data) != {"rl"}:
+        raise ValueError(f"{path}: an algorithm preset holds one 'rl' section, nothing else")
+    return NamedAlgorithm.model_validate(data["rl"])
+
+
+def parse_algos(text: str) -> list[str]:
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    known = algorithm_names()
+    unknown = [a for a in names if a not in known]
+    if unknown or not names:
+        raise ConfigError(f"unknown algorithm(s) {unknown or text!r}; choose from {', '.join(known)}")
+    return names
+
+
+def _with(config: RunConfig, **changes: Any) -> RunConfig:
+    """A copy of ``config`` with top-level sections replaced, re-validated."""
+    return RunConfig.model_validate(config.model_dump() | changes)
+
+
+def _rl_for(config: RunConfig, algo: str) -> RLConfig:
+    """The user's ``rl`` settings (steps, lr, guards, ...) with the named algorithm's choices on top, each one it
+    sets replacing the user's whole (:class:`~harmonyrl.algorithms.choices.NamedAlgorithm`)."""
+    return RLConfig.model_validate(config.rl.model_dump() | named_algorithm(algo).model_dump(exclude_none=True))
+
+
+def _read(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float], target: float) -> AlgoResult:
+    curves, to_target, minutes_to, half, grad, kl = [], [], [], [], 0.0, 0.0
+    for rows in runs:
+        evals = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
+        rl = [r for r in rows if r["phase"] == "rl"]
+        last = max(step for step, _ in evals)
+        curves.append(evals)
+        hit = next((step for step, s in evals if s >= target), None)
+        to_target.append(hit)
+        if hit is not None and rl:
+            elapsed = sum(r.get("time/step_s", 0.0) for r in rl if r["step"] <= hit) / 60
+            minutes_to.append(elapsed)
+        half.append(min(evals, key=lambda e: abs(e[0] - last / 2))[1])
+        grad = max([grad, *(r.get("train/grad_norm", 0.0) for r in rl)])
+        kl = max([kl, *(r.get("train/kl_ref_k3", 0.0) for r in rl)])
+    steps = sorted({s for c in curves for s, _ in c})
+    curve = [(s, sum(v for c in curves for cs, v in c if cs == s) / len(curves)) for s in steps]
+    reached = all(h is not None for h in to_target)
+    final = [c[-1][1] for c in curves]
+    greedy = [next(r["eval_greedy/success"] for r in reversed(rows) if "eval_greedy/success" in r) for rows in runs]
+    return AlgoResult(
+        algo=algo,
+        seeds=len(runs),
+        steps_to_target=sum(h for h in to_target if h is not None) / len(runs) if reached else None,
+        minutes_to_target=sum(minutes_to) / len(minutes_to) if reached and minutes_to else None,
+        success_at_half=sum(half) / len(half),
+        final_success=sum(final) / len(final),
+        final_greedy=sum(greedy) / len(greedy),
+        worst_grad_norm=grad,
+        max_kl=kl,
+        minutes=sum(minutes) / len(minutes),
+        curve=curve,
+    )
+
+
+def _heading(console: Console, title: str) -> None:
+    """A rule across a terminal; a plain line elsewhere (a file has no width to fill)."""
+    if console.is_terminal:
+        console.rule(title)
+    else:
+        console.print(f"── {title} ──", highlight=False, markup=False)
+
+
+async def compare(
+    config: RunConfig, algos: list[str], seeds: int, target: float, out: Path, console: Console
+) -> list[AlgoResult]:
+    """Run every algorithm for every seed from a shared SFT warm start; write and return the comparison."""
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"comparison folder '{out}' already exists and is not empty")
+    every = config.eval.every or max(1, config.rl.steps // 5)
+    results = []
+    warm: dict[int, Path] = {}
+    for seed in range(seeds):
+        if config.model.init_from is not None:
+            warm[seed] = config.model.init_from
+            continue
+        _heading(console, f"SFT warm start, seed {seed}")
+        sft_cfg = _with(config, seed=seed, output_dir=out, run_name=f"sft-seed{seed}")
+        warm[seed] = await sft_only(sft_cfg, console)
+    for algo in algos:
+        runs, minutes = [], []
+        for seed in range(seeds):
+            _heading(console, f"{algo}, seed {seed}")
+            model = config.model.model_copy(update={"init_from": warm[seed]})
+            cfg = _with(
+                config,
+                seed=seed,
+                output_dir=out,
+                run_name=f"{algo}-seed{seed}",
+                model=model.model_dump(),
+                sft={**config.sft.model_dump(), "steps": 0},  # the shared warm start above is this run's SFT
+                rl=_rl_for(config, algo).model_dump(),
+                eval=config.eval.model_copy(update={"every": every}).model_dump(),
+            )
+            result = await train(cfg, console)
+            runs.append(_read(result.run_dir))
+            minutes.append(result.minutes)
+        results.append(_summarise(algo, runs, minutes, target))
+    write_outputs(results, target, config, out, seeds)
+    console.print(table(results, target))
+    if (note := ranking_note(results, config, seeds)) is not None:
+        console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
+    return results
+
+
+def ranking_note(results: list[AlgoResult], config: RunConfig, seeds: int) -> str | None:
+    """A warning when the arms' final held-out pass@1 differ by no more than sampling noise (two standard errors
+    of the difference of two arms, each measured on ``eval.n_tasks × eval.samples_per_task × seeds`` samples):
+    the table then ranks nothing. None when the spread is larger."""
+    if len(results) < 2:
+        return None
+    finals = [r.final_success for r in results]
+    n = config.eval.n_tasks * config.eval.samples_per_task * seeds
+    p = sum(finals) / len(finals)
+    noise = 2 * math.sqrt(2 * max(p * (1 - p), 1 / n) / n)  # a floor: all-0 % arms are no evidence of a tie
+    spread = max(finals) - min(finals)
+    if spread > noise:
+        return None
+    return (
+        f"note: the arms cannot be ranked at this budget: final pass@1 spans {min(finals):.1%}-{max(finals):.1%}, "
+        f"within the noise of {n} held-out samples per arm (about ±{noise:.1%}); raise rl.steps, eval.n_tasks or "
+        "--seeds, and give the warm start enough SFT steps that RL has something to learn from"
+    )
+
+
+def table(results: list[AlgoResult], target: float) -> Table:
+    t = Table(title=f"algorithms on the same env, model, seeds and sample budget (target pass@1 {target:.0%})")
+    for col in ("algo", "steps→target", "min→target", "pass@1 @½ budget", "final pass@1", "final greedy",
+                "worst grad norm", "max KL", "minutes"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(*_cells(r))
+    return t
+
+
+def _cells(r: AlgoResult) -> list[str]:
+    never = "not reached"
+    return [
+        r.algo,
+        f"{r.steps_to_target:.0f}" if r.steps_to_target is not None else never,
+        f"{r.minutes_to_target:.1f}" if r.minutes_to_target is not None else never,
+        f"{r.success_at_half:.1%}",
+        f"{r.final_success:.1%}",
+        f"{r.final_greedy:.1%}",
+        f"{r.worst_grad_norm:.2f}",
+        f"{r.max_kl:.3f}",
+        f"{r.minutes:.1f}",
+    ]
+
+
+def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, out: Path, seeds: int = 1) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps({"target": target, "results": [asdict(r) for r in results]}, indent=2))
+    header = "| algo | steps→target | min→target | pass@1 @½ budget | final pass@1 | final greedy | worst grad norm "
+    header += "| max KL | minutes |\n|" + "---|" * 9 + "\n"
+    rows = "".join("| " + " | ".join(_cells(r)) + " |\n" for r in results)
+    budget = config.rl.steps * config.rollout.episodes_per_step
+    note = ranking_note(results, config, seeds)
+    tail = f"\n{note}\n" if note is not None else ""
+    (out / "compare.md").write_text(
+        f"Target pass@1 {target:.0%}; budget {budget} episodes per run.\n\n{header}{rows}{tail}"
+    )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in results:
+        ax.plot([s for s, _ in r.curve], [v for _, v in r.curve], marker="o", label=r.algo)
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out pass@1")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "compare.png", dpi=120)
+    plt.close(fig)
