@@ -111,7 +111,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         assert update.applied and not update.metrics["train/skipped"]
         metrics.append(update.metrics)
         after.append({k: v.detach().clone() for k, v in model.state_dict().items()})
-        save_progress(path, model, "rl", step, learner.optimizer, parts=PhaseState(learner=learner.extra_state()))
+        save_progress(path, model, "rl", step, learner.optimizer, parts=PhaseState(learner=learner.rule.state_dict()))
         if step == 1:
             shutil.copytree(path / "checkpoints" / "last", root / "after_step_1")
     save_checkpoint(path / "checkpoints" / "final", model, learner.optimizer, config.rl.steps, {})

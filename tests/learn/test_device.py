@@ -53,7 +53,7 @@ def test_the_trainer_puts_its_batches_where_its_model_is() -> None:
     assert len(tensors) == 6 and all(t.device == meta for t in tensors)
     model = build_model(build_config("nano", 97, 0, 1), seed=0).to(meta)
     learner = Learner.create(RLConfig(advantage={"kind": "gae"}), model, pad_id=0, norm=64.0, seed=0)
-    assert learner.value_head is not None and all(p.device == meta for p in learner.value_head.parameters())
+    assert learner.rule.value_head is not None and all(p.device == meta for p in learner.rule.value_head.parameters())
     assert all(p.device == meta for p in learner.reference.module.parameters())
 
 

@@ -12,6 +12,7 @@ from harmonyrl.jobs.compare import algorithm_names, named_algorithm
 from harmonyrl.learn.batch import collate, score
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rl.learner import Learner
+from harmonyrl.rl.soft_q import SoftQLearning
 from harmonyrl.types import Failure, Trajectory
 
 ALGORITHMS = {name: named_algorithm(name).model_dump(exclude_none=True) for name in algorithm_names()}
@@ -114,24 +115,24 @@ def test_kl_guard_uses_the_live_kl_to_the_reference() -> None:
 
 def test_soft_q_replays_old_episodes_and_its_target_network_follows_by_polyak() -> None:
     learner = _learner(ALGORITHMS["sac"], loss={"kind": "soft_q", "replay_batch": 8, "tau": 0.25})
-    assert learner.soft_q is not None and learner.value_head is not None
+    assert isinstance(learner.rule, SoftQLearning) and learner.rule.value_head is not None
     trajs = _episodes()
     learner.update(trajs[:6])
     # both heads start at zero, so after one update V̄ = 0.75 · 0 + 0.25 · V exactly
-    online, target = learner.value_head.proj.weight.detach(), learner.soft_q.target_head.proj.weight
+    online, target = learner.rule.value_head.proj.weight.detach(), learner.rule.state.target_head.proj.weight
     assert float(online.abs().sum()) > 0 and torch.allclose(target, 0.25 * online)
     metrics = learner.update(trajs[6:]).metrics
     assert metrics["replay/size"] == 12.0
     assert metrics["train/kl_ref_k3"] > 0  # the first update moved π away from the warm start
-    assert not learner.soft_q.target_head.proj.weight.requires_grad
+    assert not learner.rule.state.target_head.proj.weight.requires_grad
 
 
 def test_soft_q_critic_learns_in_its_own_optimizer_group() -> None:
     learner = _learner(ALGORITHMS["sac"], loss={"kind": "soft_q", "critic_lr": 0.5})
-    assert learner.value_head is not None
+    assert learner.rule.value_head is not None
     groups = learner.optimizer.param_groups
     assert [g["lr"] for g in groups] == [1e-2, 0.5]
-    assert groups[1]["params"] == list(learner.value_head.parameters())
+    assert groups[1]["params"] == list(learner.rule.value_head.parameters())
 
 
 def test_kl_as_reward_and_as_loss_both_run_and_report() -> None:

@@ -119,7 +119,9 @@ def test_the_base_is_bf16_only_for_lora_in_bf16_and_what_trains_is_fp32(
     learner = Learner.create(RLConfig(lr=1e-2, advantage={"kind": "gae"}), model, pad_id=0, norm=64.0, seed=0,
                              precision=precision)  # type: ignore[arg-type]  # fmt: skip
     assert learner.update(_episodes()).applied
-    assert learner.value_head is not None and all(p.dtype == torch.float32 for p in learner.value_head.parameters())
+    assert learner.rule.value_head is not None and all(
+        p.dtype == torch.float32 for p in learner.rule.value_head.parameters()
+    )
     states = list(learner.optimizer.state.values())
     assert states and all(s["exp_avg"].dtype == s["exp_avg_sq"].dtype == torch.float32 for s in states)
     assert all(p.dtype == torch.float32 for g in learner.optimizer.param_groups for p in g["params"])

@@ -163,9 +163,9 @@ def build_learner(config: RunConfig, run_dir: Path, step: int, checkpoint: Path 
         raise CheckpointError(f"checkpoint '{folder}' has no optimizer state")
     learner.optimizer.load_state_dict(state["optimizer"])
     extra = state.get("learner", {})
-    if (learner.value_head is not None or learner.soft_q is not None) and not extra:
+    if learner.rule.state_dict() and not extra:
         raise CheckpointError(f"checkpoint '{folder}' has no learner state (value head / soft-Q), needed here")
-    learner.load_extra_state(extra)
+    learner.rule.load_state_dict(extra)
     return learner, 0
 
 
@@ -237,7 +237,7 @@ def replay_step(run_dir: Path, step: int, checkpoint: Path | None = None, save_t
     recorded = recorded_metrics(run_dir, step, metrics)
     weights = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
     if save_to is not None:
-        extra = {"phase": "rl", "learner": learner.extra_state(), "replayed_from": str(run_dir)}
+        extra = {"phase": "rl", "learner": learner.rule.state_dict(), "replayed_from": str(run_dir)}
         save_checkpoint(Path(save_to), learner.model, learner.optimizer, step, extra)
     after = _after_step_checkpoint(run_dir, step)
     if after is None:

@@ -150,7 +150,7 @@ class RLPhase:
             sharded=self.learner.model,
             world=ctx.world,
             parts=PhaseState(
-                learner=self.learner.extra_state(),
+                learner=self.learner.rule.state_dict(),
                 faults=self.breaker.state(),
                 sampling=self.pipeline.source_state(batch, self.source.state()),  # async: as this step's draw left it
                 pipeline=self.pipeline.state(),

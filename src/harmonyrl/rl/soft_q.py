@@ -32,6 +32,7 @@ from harmonyrl.learn.guards import restore, take_snapshot
 from harmonyrl.learn.optimizer_step import GuardFigures, optimizer_step
 from harmonyrl.learn.update_result import UpdateResult
 from harmonyrl.models.grad_checkpointing import eval_mode
+from harmonyrl.models.value_head import ValueHead
 from harmonyrl.rl.reference import Reference
 from harmonyrl.rl.replay_buffer import ReplayBuffer
 from harmonyrl.types import Trajectory
@@ -60,6 +61,44 @@ class SoftQState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.target_head.load_state_dict(state["target_head"])
         self.replay.load_state_dict(state["replay"])
+
+
+@dataclass
+class SoftQLearning:
+    """Soft Q-learning as an update rule the learner drives (:class:`~harmonyrl.rl.learner.UpdateRule`, as the
+    on-policy :class:`~harmonyrl.rl.on_policy.OnPolicy`): the value head V, the target V̄ and the replay buffer."""
+
+    cfg: RLConfig
+    pad_id: int
+    value_head: ValueHead
+    state: SoftQState
+
+    @staticmethod
+    def create(cfg: RLConfig, sq: SoftQ, pad_id: int, value_head: ValueHead, seed: int) -> SoftQLearning:
+        return SoftQLearning(cfg, pad_id, value_head, SoftQState.create(sq, ReplayBuffer(sq.replay_capacity, seed),
+                                                                         value_head))  # fmt: skip
+
+    def update(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        reference: Reference,
+        trajectories: Sequence[Trajectory],
+    ) -> UpdateResult:
+        return soft_q_update(model, optimizer, self.value_head, reference, self.state, trajectories, self.cfg,
+                             self.pad_id)  # fmt: skip
+
+    def param_groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
+        """The policy at ``rl.lr``; the critic in a group of its own at ``rl.loss.critic_lr`` (docs/sac.md)."""
+        return [{"params": params}, {"params": list(self.value_head.parameters()), "lr": self.state.cfg.critic_lr}]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs besides the model and the optimizer: V, and V̄ with the replay buffer."""
+        return {"value_head": self.value_head.state_dict(), "soft_q": self.state.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value_head.load_state_dict(state["value_head"])
+        self.state.load_state_dict(state["soft_q"])
 
 
 def soft_q_update(
