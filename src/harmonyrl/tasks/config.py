@@ -24,6 +24,7 @@ from pydantic_core import PydanticCustomError
 from harmonyrl.envs.loader import TargetError, UserCodeError, resolve_target
 from harmonyrl.envs.reward import RewardWeights
 from harmonyrl.frozen import Frozen
+from harmonyrl.tasks.ecosystems.openenv_config import OpenEnvEnvConfig
 from harmonyrl.tasks.ecosystems.reasoning_gym_config import ReasoningGymEnvConfig
 from harmonyrl.tasks.ecosystems.textarena_config import TextArenaEnvConfig
 from harmonyrl.tasks.ecosystems.verifiers_config import VerifiersEnvConfig
@@ -514,11 +515,12 @@ EnvConfig = Annotated[
     | ReasoningGymEnvConfig
     | VerifiersEnvConfig
     | TextArenaEnvConfig
+    | OpenEnvEnvConfig
     | CustomEnvConfig,
     Field(discriminator="name"),
 ]
 
-EXTERNAL_ENVS = ("reasoning_gym", "verifiers", "textarena")
+EXTERNAL_ENVS = ("reasoning_gym", "verifiers", "textarena", "openenv")
 """The envs that run another package's environments (:mod:`harmonyrl.tasks.ecosystems`, an optional extra each;
-docs/reasoning-gym.md, docs/verifiers.md, docs/textarena.md): tested by tests/tasks/ecosystems/ and measured by
-benchmarks/external.py, not by the built-in envs' per-env tests and presets."""
+docs/reasoning-gym.md, docs/verifiers.md, docs/textarena.md, docs/openenv.md): tested by tests/tasks/ecosystems/ and
+measured by benchmarks/external.py, not by the built-in envs' per-env tests and presets."""

@@ -1,0 +1,1 @@
+"""guess_env's server side: the environment and the FastAPI app that serves it."""
