@@ -18,31 +18,25 @@ as on any episode.
 **Faults.** If any role's episode is an environment fault, every role of that request is masked with it (a team
 outcome that was never graded is nobody's reward of 0), and the later roles are not run.
 
-Seeds: role ``i`` of a request samples with :func:`role_seed` (role 0 with the request's own seed).
+Seeds: role ``i`` of a request samples with :func:`~harmonyrl.rollout.role_seeds.role_seed` (role 0 with the
+request's own seed).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
-from harmonyrl.envs.team import TeamFactory
+from harmonyrl.envs.team import SeatedTeam, SeatTagged, TeamFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import EpisodeLimits
+from harmonyrl.rollout.role_seeds import role_seed
 from harmonyrl.rollout.scheduler import EpisodeRequest, RolloutResult, run_episodes, with_task
+from harmonyrl.rollout.seats import run_seated_episodes
 from harmonyrl.telemetry.metrics import summarize_rollouts
 from harmonyrl.types import ROLE_TERM, Failure, SamplingParams, Trajectory
-
-
-def role_seed(seed: int, role: int) -> int:
-    """Role ``role``'s sampling seed for a request with ``seed`` (role 0: ``seed`` itself)."""
-    if role == 0:
-        return seed
-    digest = hashlib.blake2b(f"{seed}:role{role}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
 
 
 def handoff(trajectory: Trajectory) -> str:
@@ -127,7 +121,11 @@ async def run_rollouts(
     max_concurrency: int,
     retry_faulted_groups: int = 0,
 ) -> RolloutResult:
-    """:func:`~harmonyrl.rollout.scheduler.run_episodes`, or :func:`run_team_episodes` for a team factory."""
+    """:func:`~harmonyrl.rollout.scheduler.run_episodes`, :func:`run_team_episodes` for a team factory, or
+    :func:`~harmonyrl.rollout.seats.run_seated_episodes` for a seated one (a game's seats, played at once)."""
+    if isinstance(factory, SeatedTeam):
+        return await run_seated_episodes(engine, factory, codec, requests, params, limits, max_concurrency,
+                                         retry_faulted_groups)  # fmt: skip
     if isinstance(factory, TeamFactory):
         return await run_team_episodes(engine, factory, codec, requests, params, limits, max_concurrency,
                                        retry_faulted_groups)  # fmt: skip
@@ -142,12 +140,26 @@ def one_per_episode(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
 
 def role_metrics(factory: EnvFactory, trajectories: Sequence[Trajectory], prefix: str = "team") -> dict[str, float]:
     """Per-role metrics ``{prefix}/{role}/…`` (reward, success, response tokens, parse-error rate, tool-call
-    rate, …: :func:`~harmonyrl.telemetry.metrics.summarize_rollouts` over that role's episodes); empty for a
-    single-agent factory."""
-    if not isinstance(factory, TeamFactory):
+    rate, …: :func:`~harmonyrl.telemetry.metrics.summarize_rollouts` over that role's episodes, plus the mean of
+    each of the factory's ``role_terms`` over them, e.g. a seat's ``win``/``draw``/``loss`` rates); empty for a
+    single-agent factory that names no seats (:class:`~harmonyrl.envs.team.SeatTagged`)."""
+    role_of: Callable[[Trajectory], float | None]
+    if isinstance(factory, TeamFactory):
+        role_of = lambda t: t.reward_terms.get(ROLE_TERM)  # noqa: E731
+    elif isinstance(factory, SeatTagged):
+        tagged = factory
+        role_of = lambda t: None if (seat := tagged.role_of(t.task_id)) is None else float(seat)  # noqa: E731
+    else:
         return {}
+    terms: tuple[str, ...] = getattr(factory, "role_terms", ())
     out: dict[str, float] = {}
-    for i, role in enumerate(factory.roles):
-        mine = [t for t in trajectories if t.reward_terms.get(ROLE_TERM) == float(i)]
+    roles: tuple[str, ...] = factory.roles
+    for i, role in enumerate(roles):
+        mine = [t for t in trajectories if role_of(t) == i]
         out |= {k: v for k, v in summarize_rollouts(mine, f"{prefix}/{role}").items() if not k.startswith("env/")}
+        ok = [t for t in mine if t.failure is None]
+        for term in terms:
+            have = [t.reward_terms[term] for t in ok if term in t.reward_terms]
+            if have:
+                out[f"{prefix}/{role}/{term}"] = sum(have) / len(have)
     return out

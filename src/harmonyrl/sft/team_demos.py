@@ -4,7 +4,9 @@ A team episode is demonstrated as rollouts play it (:mod:`harmonyrl.rollout.team
 the task, then each later role's expert on the task as that role sees it — its ``prompt`` replaced by the previous
 role's demonstrated handoff (its final message). Each role's demonstration is one demo with its own prompt and
 loss mask, rendered like a single agent's (:func:`~harmonyrl.sft.train.render_demo`), so SFT trains one shared
-policy on every role, the role being in the developer instructions.
+policy on every role, the role being in the developer instructions. The seats of a game
+(:class:`~harmonyrl.envs.team.SeatedTeam`) hand nothing over: each seat's expert plays the task itself, alone
+against its scripted opponent, as ``role_factory(seat)`` sets it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from harmonyrl.envs.team import TeamFactory
+from harmonyrl.envs.team import SeatedTeam, TeamFactory
 from harmonyrl.harmony.tokenizer import Codec
 from harmonyrl.rollout.agent_loop import initial_messages
 from harmonyrl.sft.train import Demo, render_demo
@@ -39,5 +41,5 @@ async def build_team_demos(codec: Codec, team: TeamFactory, tasks: Sequence[Task
             await env.close()
             demo = team.role_expert(role)(seen, rng)
             demos.append(render_demo(codec, prefix, demo))
-            seen = replace(task, prompt=demo_handoff(demo))
+            seen = task if isinstance(team, SeatedTeam) else replace(task, prompt=demo_handoff(demo))
     return demos

@@ -91,7 +91,7 @@ def test_the_factory_passes_check_env(guess: TextArenaFactory) -> None:
     ("game", "message"),
     [
         ("NoSuchGame-v0", "is not a TextArena .* game"),
-        ("TicTacToe-v0", "is not a single-player game .*not supported yet"),
+        ("TicTacToe-v0", "is not a single-player game: give env.opponent"),
         ("Wordle-v0", r"needs data downloaded at run time \(nltk .*\): refused"),
         # its module does not compile on Python 3.11 (PEP 701 f-strings); on 3.12 it is a two-player game
         ("Chess-v0", r"TextArena could not make it \(SyntaxError: |is not a single-player game"),

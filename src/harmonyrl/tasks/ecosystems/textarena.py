@@ -1,4 +1,5 @@
-"""TextArena (PyPI ``textarena``): a single-player TextArena game as a harmonyrl environment.
+"""TextArena (PyPI ``textarena``): a single-player TextArena game as a harmonyrl environment (two-player games:
+:mod:`.textarena_duel`).
 
 ``env.name=textarena env.game=GuessTheNumber-v0``
 
@@ -20,8 +21,8 @@ What is mapped to what:
   refuses is its own observation.
 
 Refused in one line: a game TextArena does not have, a game that needs data downloaded at run time (nltk corpora:
-``Wordle``, ``Hangman``, ``WordLadder``…), and a multi-player game (self-play with one shared policy on every seat
-and games against a fixed opponent are not done: docs/textarena.md).
+``Wordle``, ``Hangman``, ``WordLadder``…) or whose module does not import here; a two-player game goes to
+:mod:`.textarena_duel` (``env.opponent``), a game of three or more players is refused (:mod:`.textarena_match`).
 """
 
 from __future__ import annotations
@@ -63,16 +64,22 @@ def make_game(game: str) -> Any:
 
 
 def opening(env: Any, seed: int, game: str) -> str:
-    """Reset ``env`` for one player at ``seed``; the opening observation (a multi-player game is refused)."""
-    try:
-        env.reset(num_players=1, seed=seed)
-    except Exception as e:
-        raise UserCodeError(
-            f"env.game '{game}' is not a single-player game ({type(e).__name__}: {' '.join(str(e).split())[:120]}): "
-            "multi-player games (self-play, a fixed opponent) are not supported yet"
-        ) from None
+    """Reset ``env`` for one player at ``seed``; the opening observation."""
+    env.reset(num_players=1, seed=seed)
     _, observation = env.get_observation()
     return str(observation)
+
+
+def players(game: str) -> int:
+    """1 if ``game`` resets for one player, else 2 (a game that takes neither is refused when its match is made:
+    :mod:`.textarena_match`)."""
+    try:
+        opening(make_game(game), 0, game)
+    except UserCodeError:
+        raise
+    except Exception:
+        return 2
+    return 1
 
 
 class TextArenaEnv:
@@ -147,8 +154,8 @@ class TextArenaFactory:
 
     def __init__(self, game: str, n_train: int = 2000, n_val: int = 200, n_test: int = 200) -> None:
         self.game = game
-        env = make_game(game)
-        opening(env, 0, game)  # refuses a multi-player game before any task is built
+        if players(game) != 1:
+            raise UserCodeError(f"env.game '{game}' is not a single-player game: give env.opponent (docs/textarena.md)")
         want: dict[Split, int] = {"train": n_train, "validation": n_val, "test": n_test}
         out: dict[Split, list[Task]] = {"train": [], "validation": [], "test": []}
         self._seeds: dict[str, int] = {}

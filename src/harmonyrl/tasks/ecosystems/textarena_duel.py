@@ -1,0 +1,202 @@
+"""A two-player TextArena game as a harmonyrl environment: against a fixed opponent, or in self-play.
+
+``env.name=textarena env.game=TicTacToe-v0 env.opponent=random``: one episode per game; the policy plays the
+task's seat (seed parity: half the games it moves first, half second), the ``random`` opponent the other
+(:func:`~.textarena_match.random_move`, drawn from the moves the game lists). A single-agent env whose episodes are
+tagged with their seat by their task (:class:`~harmonyrl.envs.team.SeatTagged`), so each seat gets its win / draw /
+loss rates.
+
+``env.opponent=self``: one shared policy on both seats (:class:`~harmonyrl.envs.team.SeatedTeam`): each game is two
+episodes played at once (:mod:`harmonyrl.rollout.seats`), each seat's turns its own trajectory and its own outcome,
+trained like a team's roles.
+
+Tasks are seeds, split by a hash of (game, seed) (:mod:`.splits`); a game draws its own state from the seed (TicTacToe
+has none), the random opponent its moves. The scripted expert (the SFT warm start) plays the random opponent's
+policy too — uniformly among the listed moves — so the warm start knows the format and the legal moves but no
+strategy: winning more than chance is RL's to learn.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Sequence
+
+from harmonyrl.envs.base import EnvFactory
+from harmonyrl.envs.loader import UserCodeError
+from harmonyrl.envs.team import RoleExpert
+from harmonyrl.envs.tools import observation
+from harmonyrl.tasks.ecosystems.splits import three_way_split
+from harmonyrl.tasks.ecosystems.textarena_match import SEATS, Match, listed_moves, random_move
+from harmonyrl.tasks.ecosystems.textarena_seats import Opponent, SeatEnv, Table
+from harmonyrl.types import Message, Split, Task
+
+ROLES = tuple(f"seat{i}" for i in range(SEATS))
+ROLE_TERMS = ("win", "draw", "loss", "invalid_moves", "format_error", "moves")
+"""Reward terms averaged per seat into the metrics (``team/seat0/win`` …)."""
+_TASK = re.compile(r" seed (\d+), seat (\d+)$")
+
+
+def random_opponent(seed: int) -> Opponent:
+    """The ``random`` opponent of the game at ``seed``: its own generator, so a game replays move for move."""
+    rng = random.Random(f"opponent:{seed}")
+
+    async def act(seen: str) -> str:
+        return random_move(seen, rng)
+
+    return act
+
+
+def check_playable(game: str) -> None:
+    """Refuse, in one line, a game whose opening lists no moves (the random opponent and the expert need them)."""
+    match = Match(game, 0)
+    if not listed_moves(match.observation(match.current)):
+        raise UserCodeError(
+            f"env.game '{game}' lists no moves in its observation ('Available Moves: …'): the random opponent "
+            "and the scripted expert cannot play it; use env.opponent=self with sft.steps=0 and model.init_from"
+        )
+
+
+def seed_and_seat(task: Task) -> tuple[int, int]:
+    """The game's seed and the policy's seat, read back from the task's prompt."""
+    found = _TASK.search(task.prompt)
+    if found is None:
+        raise UserCodeError(f"task '{task.id}' is not a TextArena two-player task ('{task.prompt}')")
+    return int(found.group(1)), int(found.group(2))
+
+
+def seeded_tasks(game: str, n_train: int, n_val: int, n_test: int) -> dict[Split, tuple[Task, ...]]:
+    """Seeds in three disjoint splits; seed ``s`` plays seat ``s % 2``."""
+    want: dict[Split, int] = {"train": n_train, "validation": n_val, "test": n_test}
+    out: dict[Split, list[Task]] = {"train": [], "validation": [], "test": []}
+    seed = 0
+    while any(len(out[s]) < want[s] for s in out):
+        split = three_way_split(f"{game}:{seed}")
+        if len(out[split]) < want[split]:
+            prompt = f"{game} seed {seed}, seat {seed % SEATS}"
+            out[split].append(Task(f"ta-{game}-{split}-{len(out[split]):05d}", prompt, "", split))
+        seed += 1
+    return {s: tuple(v) for s, v in out.items()}
+
+
+def seat_env(task: Task, game: str, seat: int) -> SeatEnv:
+    """``seat`` of the game at the task's seed, the other seat played by the random opponent."""
+    seed, _ = seed_and_seat(task)
+    others = {s: random_opponent(seed) for s in range(SEATS) if s != seat}
+    return SeatEnv(task, Table(Match(game, seed), others), seat)
+
+
+def expert_demo(task: Task, rng: random.Random, game: str, seat: int) -> list[Message]:
+    """``seat``'s demonstration against the random opponent: uniformly random listed moves, each result exactly what
+    :class:`~.textarena_seats.Table` returns (the same :class:`Match` steps, in the same order); it ends on the
+    game-ending move, as the episode does."""
+    seed, _ = seed_and_seat(task)
+    match, opponent = Match(game, seed), random.Random(f"opponent:{seed}")
+    demo: list[Message] = []
+
+    def opponents_move() -> str:
+        while not match.over and match.current != seat:
+            match.step(match.current, random_move(match.observation(match.current), opponent))
+        return "" if match.over else match.news(seat)
+
+    seen = opponents_move()  # the opening the env's reset shows
+    while not match.over:
+        action = random_move(seen, rng)
+        args = json.dumps({"action": action})
+        demo.append(Message("assistant", args, channel="commentary", recipient="functions.move", content_type="json"))
+        match.step(seat, action)
+        seen = opponents_move()
+        if not match.over:
+            demo.append(observation("move", seen))
+    return demo
+
+
+class DuelFactory:
+    """A two-player game against a fixed opponent: one episode per game, the policy on the task's seat."""
+
+    name = "textarena"
+    roles: tuple[str, ...] = ROLES
+    role_terms: tuple[str, ...] = ROLE_TERMS
+
+    def __init__(
+        self, game: str, opponent: str = "random", n_train: int = 2000, n_val: int = 200, n_test: int = 200
+    ) -> None:
+        if opponent != "random":
+            raise UserCodeError(f"env.opponent '{opponent}': a fixed opponent is 'random' (or self-play: 'self')")
+        check_playable(game)
+        self.game = game
+        self._splits = seeded_tasks(game, n_train, n_val, n_test)
+        self._seats = {t.id: seed_and_seat(t)[1] for split in self._splits.values() for t in split}
+
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits[split]
+
+    def make(self, task: Task) -> SeatEnv:
+        return seat_env(task, self.game, seed_and_seat(task)[1])
+
+    def role_of(self, task_id: str) -> int | None:
+        """The seat the policy plays in the task's game (per-seat metrics)."""
+        return self._seats.get(task_id)
+
+    def expert(self, task: Task, rng: random.Random) -> list[Message]:
+        """The scripted expert on the task's seat (module docstring)."""
+        return expert_demo(task, rng, self.game, seed_and_seat(task)[1])
+
+
+class _SeatAlone:
+    """Seat ``seat`` against the random opponent: a self-play team's per-role factory (SFT demos, check-env)."""
+
+    def __init__(self, team: SelfPlayFactory, seat: int) -> None:
+        self.name = f"textarena.{ROLES[seat]}"
+        self._team, self._seat = team, seat
+
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._team.tasks(split)
+
+    def make(self, task: Task) -> SeatEnv:
+        return seat_env(task, self._team.game, self._seat)
+
+
+class _SeatAtTable:
+    """Seat ``seat`` at one shared table: ``make`` is called once, for the one game of one request."""
+
+    def __init__(self, name: str, table: Table, seat: int) -> None:
+        self.name, self._table, self._seat = name, table, seat
+
+    def tasks(self, split: Split) -> Sequence[Task]:
+        raise RuntimeError("a seat at a table plays one game; its tasks are the team's")
+
+    def make(self, task: Task) -> SeatEnv:
+        return SeatEnv(task, self._table, self._seat)
+
+
+class SelfPlayFactory:
+    """A two-player game in self-play: one shared policy on both seats (a :class:`~harmonyrl.envs.team.SeatedTeam`)."""
+
+    name = "textarena"
+    roles: tuple[str, ...] = ROLES
+    role_terms: tuple[str, ...] = ROLE_TERMS
+
+    def __init__(self, game: str, n_train: int = 2000, n_val: int = 200, n_test: int = 200) -> None:
+        check_playable(game)
+        self.game = game
+        self._splits = seeded_tasks(game, n_train, n_val, n_test)
+
+    def tasks(self, split: Split) -> Sequence[Task]:
+        return self._splits[split]
+
+    def make(self, task: Task) -> SeatEnv:
+        """Seat 0 against the random opponent: what ``check-env`` and the prompt-fit check read."""
+        return seat_env(task, self.game, 0)
+
+    def role_factory(self, role: int) -> EnvFactory:
+        return _SeatAlone(self, role)
+
+    def role_expert(self, role: int) -> RoleExpert:
+        return lambda task, rng: expert_demo(task, rng, self.game, role)
+
+    def table(self, task: Task) -> Sequence[EnvFactory]:
+        """One fresh game at the task's seed, no fixed opponent: both seats are the policy's episodes."""
+        table = Table(Match(self.game, seed_and_seat(task)[0]), {})
+        return [_SeatAtTable(f"textarena.{ROLES[s]}", table, s) for s in range(SEATS)]
