@@ -41,6 +41,14 @@ that ``speedup`` names; ``speedup`` = sync_min / the smallest async ``*_min`` am
 sync2_min. The ``_se`` figures are standard errors over seeds (:mod:`harmonyrl.telemetry.stats`): of the per-seed
 speed-up (arms paired by seed) and of the per-seed gap. All seeds run in one invocation (``--seeds 0,1,2,3,4``):
 nothing is pooled by hand. ``--quick``: one seed, a tiny model, 2 RL steps and a short tool delay (a smoke test).
+
+**Partial rollouts** (``--partial 1,2``, the default; ``--partial ''`` leaves them out): the async arms again with
+``rl.async.partial=true`` (docs/async.md), labelled ``partial<k>``. They are not candidates for ``speedup``
+(which keeps its meaning); the RESULT line has ``partial<k>_min`` beside the others and appends ``partial<k>_gap_pp``
+(sync final − its final, points, mean over seeds) and ``partial<k>_vs_async<k>`` (async<k>'s minutes to target /
+its own). Every arm also reports the length distribution the issue asks about: the turns per episode of every
+sampled episode (``rollouts/episodes.jsonl``) and of the trained ones (``rollouts/step_*.parquet``, what the
+update read), their means, and the share of trained episodes sampled by more than one version.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ import harmonyrl.tasks.calculator as calculator_env
 from harmonyrl.config import RunConfig, load_config
 from harmonyrl.distributed.ray_envs import close_env_pool
 from harmonyrl.harmony.codecs import load_codec
+from harmonyrl.rollout.store import list_steps, read_step, step_path
 from harmonyrl.run.hooks import RunHooks
 from harmonyrl.run.setup import load_for, make_engine, make_factory
 from harmonyrl.telemetry.stats import over_seeds, time_to_target
@@ -185,6 +194,13 @@ class Arm:
     learner_idle: float
     engine_idle: float
     load: str
+    partial: bool = False
+    sampled_turns: dict[int, int] = field(default_factory=dict)
+    """Turns per episode → episodes, over every episode the run sampled."""
+    trained_turns: dict[int, int] = field(default_factory=dict)
+    """The same over the episodes the updates trained on."""
+    spanning: float = 0.0
+    """Share of the trained episodes sampled by more than one policy version."""
 
     @property
     def final(self) -> float:
@@ -200,11 +216,38 @@ def idle(run: Path) -> tuple[float, float]:
             statistics.mean(r["time/engine_idle_frac"] for r in rl))  # fmt: skip
 
 
-def run_arm(k: int, threads: int, seed: int, args: argparse.Namespace, start: Path, console: Console) -> Arm:
-    """One RL run from the warm start at ``max_staleness=k`` on ``threads``, then its weights' held-out curve."""
+def lengths(run: Path) -> tuple[dict[int, int], dict[int, int], float]:
+    """Turns per episode → count, over the sampled episodes and over the trained ones; the share of trained
+    episodes that more than one version sampled."""
+    sampled: dict[int, int] = {}
+    for line in (run / "rollouts" / "episodes.jsonl").read_text().splitlines():
+        n = len(json.loads(line)["turns"])
+        sampled[n] = sampled.get(n, 0) + 1
+    trained: dict[int, int] = {}
+    spanning = total = 0
+    for step in list_steps(run):
+        for traj in read_step(step_path(run, step)):
+            trained[len(traj.turns)] = trained.get(len(traj.turns), 0) + 1
+            spanning += bool(traj.token_versions)
+            total += 1
+    return dict(sorted(sampled.items())), dict(sorted(trained.items())), spanning / max(total, 1)
+
+
+def mean_of(histogram: dict[int, int]) -> float:
+    """The mean of a value → count histogram."""
+    return sum(v * n for v, n in histogram.items()) / max(sum(histogram.values()), 1)
+
+
+def run_arm(
+    k: int, threads: int, seed: int, args: argparse.Namespace, start: Path, console: Console, partial: bool = False
+) -> Arm:
+    """One RL run from the warm start at ``max_staleness=k`` on ``threads`` (``partial``: with partial rollouts),
+    then its weights' held-out curve."""
     changes = [f"rl.async.max_staleness={k}", *(ASYNC if k else []), f"threads={threads}"]
+    changes += ["rl.async.partial=true"] if partial else []
     run = [f"seed={seed}", f"rl.steps={args.steps}", f"model.init_from={start}", f"output_dir={args.out}"]
-    cfg = load_config(None, [*RL, *args.overrides, *changes, *run, f"run_name=s{seed}k{k}t{threads}"])
+    name = f"s{seed}k{k}t{threads}" + ("p" if partial else "")
+    cfg = load_config(None, [*RL, *args.overrides, *changes, *run, f"run_name={name}"])
     clock = Clock(args.every, args.steps)
     load = f"{os.getloadavg()[0]:.1f}"
     result = asyncio.run(loop.train(cfg, console, hooks=clocked(clock)))
@@ -216,11 +259,13 @@ def run_arm(k: int, threads: int, seed: int, args: argparse.Namespace, start: Pa
         raise SystemExit(f"offline evaluation of the final weights {last} != the run's {final}")
     curve = [(0.0, begin)] + [(t - rl_start, p) for (_, t, _), p in zip(kept, scores, strict=False)]
     curve.append((clock.steps[-1][1] - rl_start, final))
-    return Arm(k, seed, threads, curve, *idle(result.run_dir), load)
+    return Arm(k, seed, threads, curve, *idle(result.run_dir), load, partial, *lengths(result.run_dir))
 
 
 def label(arm: Arm) -> str:
-    """``sync``, ``sync2`` (the synchronous run on two threads) or ``async<k>``."""
+    """``sync``, ``sync2`` (the synchronous run on two threads), ``async<k>`` or ``partial<k>``."""
+    if arm.partial:
+        return f"partial{arm.k}"
     return f"async{arm.k}" if arm.k else ("sync" if arm.threads == 1 else f"sync{arm.threads}")
 
 
@@ -234,13 +279,18 @@ def summary(runs: list[Arm]) -> str:
           f"{'engine idle':>11}  {'load avg':>9}  curve (RL min: pass@1)")  # fmt: skip
     for r in runs:
         curve = " ".join(f"{s / 60:.1f}:{p:.0%}" for s, p in r.curve)
-        print(f"{r.seed:>4} {label(r):>6} {r.curve[-1][0] / 60:7.2f} {minutes_to(r.curve, target):9.2f} "
+        print(f"{r.seed:>4} {label(r):>8} {r.curve[-1][0] / 60:7.2f} {minutes_to(r.curve, target):9.2f} "
               f"{r.final:6.1%} {r.learner_idle:12.2f} {r.engine_idle:11.2f}  {r.load:>9}  {curve}")  # fmt: skip
+    print("turns per episode, sampled vs trained (turns: episodes), and trained episodes spanning versions")
+    for r in runs:
+        print(f"{r.seed:>4} {label(r):>8} sampled mean {mean_of(r.sampled_turns):.2f} {r.sampled_turns}  trained "
+              f"mean {mean_of(r.trained_turns):.2f} {r.trained_turns}  spanning {r.spanning:.0%}")  # fmt: skip
     names = list(dict.fromkeys(label(r) for r in runs))
     minutes = {n: {r.seed: minutes_to(r.curve, target) for r in runs if label(r) == n} for n in names}
     gaps = {n: {r.seed: 100 * (sync[r.seed].final - r.final) for r in runs if label(r) == n} for n in names}
     mean_min = {n: statistics.mean(minutes[n].values()) for n in names}
     asyncs = [n for n in names if n.startswith("async")]
+    partials = [n for n in names if n.startswith("partial")]
     kept = [n for n in asyncs if statistics.mean(gaps[n].values()) <= 2.0] or asyncs
     best = min(kept, key=lambda n: mean_min[n])
     seeds = sorted(sync)
@@ -259,8 +309,13 @@ def summary(runs: list[Arm]) -> str:
         line += f" speedup_matched={matched:.2f} speedup_matched_se={matched_se:.2f}"
     gap = over_seeds(gaps[best]) if len(seeds) > 1 else None
     gap_mean = statistics.mean(gaps[best].values())
-    return line + (f" final_gap_pp={gap_mean:.1f} final_gap_se={gap.se if gap else math.nan:.1f} "
-                   f"(k={best.removeprefix('async')}) seeds={','.join(map(str, seeds))}")  # fmt: skip
+    line += (f" final_gap_pp={gap_mean:.1f} final_gap_se={gap.se if gap else math.nan:.1f} "
+             f"(k={best.removeprefix('async')}) seeds={','.join(map(str, seeds))}")  # fmt: skip
+    for n in partials:  # after the headline keys, which keep their meaning
+        twin = "async" + n.removeprefix("partial")
+        vs = mean_min[twin] / mean_min[n] if twin in mean_min and 0 < mean_min[n] < math.inf else math.nan
+        line += f" {n}_gap_pp={statistics.mean(gaps[n].values()):.1f} {n}_vs_{twin}={vs:.2f}"  # {n}_min: above
+    return line
 
 
 def main() -> None:
@@ -270,6 +325,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--ks", default="0,1,2", help="staleness of the arms; 0 is the synchronous run")
     parser.add_argument("--no-matched", action="store_true", help="leave out sync2, the sync run on two threads")
+    parser.add_argument("--partial", default="1,2", help="the async arms to run again with rl.async.partial=true")
     parser.add_argument("--quick", action="store_true", help="one seed, tiny model, 2 RL steps: a smoke test")
     parser.add_argument("--sft-steps", type=int, default=500)
     parser.add_argument("--out", type=Path, default=Path("runs/async-bench"))
@@ -286,17 +342,21 @@ def main() -> None:
     ks = [int(x) for x in args.ks.split(",")]
     if ks[0] != 0:
         parser.error("--ks must start with 0: the target comes from the synchronous runs")
-    arms = [(0, 1), *([] if args.no_matched else [(0, 2)]), *((k, 1) for k in ks if k)]
+    partial = [int(x) for x in args.partial.split(",") if x]
+    if any(k < 1 for k in partial):
+        parser.error("--partial takes staleness bounds >= 1: partial rollouts continue episodes across updates")
+    arms = [(0, 1, False), *([] if args.no_matched else [(0, 2, False)]), *((k, 1, False) for k in ks if k)]
+    arms += [(k, 1, True) for k in partial]
     sft = [*WARM_START, *(QUICK if args.quick else []), f"sft.steps={args.sft_steps}", f"output_dir={args.out}",
            "run_name=warm"]  # fmt: skip
     start = args.warm or asyncio.run(loop.sft_only(load_config(None, sft), console))
     slow_tool()
     runs: list[Arm] = []
     for i, seed in enumerate(int(x) for x in args.seeds.split(",")):
-        for k, threads in arms if i % 2 == 0 else arms[::-1]:
-            runs.append(run_arm(k, threads, seed, args, start, console))
+        for k, threads, partial_arm in arms if i % 2 == 0 else arms[::-1]:
+            runs.append(run_arm(k, threads, seed, args, start, console, partial_arm))
             print(json.dumps(dataclasses.asdict(runs[-1])), flush=True)  # a partial benchmark is still readable
-    runs.sort(key=lambda r: (r.seed, r.k, r.threads))
+    runs.sort(key=lambda r: (r.seed, r.partial, r.k, r.threads))
     print(summary(runs))
 
 

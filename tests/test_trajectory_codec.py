@@ -73,6 +73,7 @@ def trajectories(draw: st.DrawFn, failures: bool = True) -> Trajectory:
         policy_version=draw(st.integers(1, 10_000)),
         task_prompt=draw(text),
         expected_answer=draw(text),
+        token_versions=tuple(draw(st.lists(st.integers(-1, 10_000), min_size=length, max_size=length))),
     )
 
 
@@ -136,6 +137,7 @@ def test_episodes_file_keeps_what_a_person_reads(
             assert [m["content"] for m in record["sampled"]] == [m.content for m in turn.sampled]
             assert [m["content"] for m in record["observations"]] == [m.content for m in turn.observations]
             assert [m.get("name") for m in record["observations"]] == [m.name for m in turn.observations]
+        assert line.get("versions", []) == sorted({v for v in traj.token_versions if v >= 0})
 
 
 @fuzz(10)
@@ -143,10 +145,10 @@ def test_episodes_file_keeps_what_a_person_reads(
 def test_a_record_without_a_later_field_reads_with_its_default(traj: Trajectory) -> None:
     """A checkpoint written before ``policy_version`` / ``task_prompt`` existed still resumes."""
     plain = trajectory_to_plain(traj)
-    for name in ("policy_version", "task_prompt", "expected_answer", "routing"):
+    for name in ("policy_version", "task_prompt", "expected_answer", "routing", "token_versions"):
         del plain[name]
     back = trajectory_from_plain(plain)
-    assert (back.policy_version, back.task_prompt, back.routing) == (0, "", None)
+    assert (back.policy_version, back.task_prompt, back.routing, back.token_versions) == (0, "", None, ())
 
 
 @pytest.mark.parametrize(

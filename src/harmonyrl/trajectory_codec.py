@@ -150,6 +150,7 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "policy_version": lambda v: _int(v, "policy_version"),
     "task_prompt": lambda v: _str(v, "task_prompt"),
     "expected_answer": lambda v: _str(v, "expected_answer"),
+    "token_versions": _ints("token_versions"),
 }
 """How each field is read back. Every ``Trajectory`` field must be here (checked at import): a field the codec
 did not know would otherwise silently come back as its default."""

@@ -211,10 +211,22 @@ class Trajectory:
     expected_answer: str = ""
     """The task's expected answer (``Task.answer``; ``""`` where it has none). For people only: never shown to the
     model."""
+    token_versions: tuple[int, ...] = ()
+    """The policy version that sampled each token (length ``T``; ``-1`` where the policy did not sample: prompt
+    and tool output), recorded only when an episode's turns were sampled by more than one version (partial
+    rollouts, ``rl.async.partial``, docs/async.md); empty when one version sampled them all, ``policy_version``.
+    :meth:`versions` reads both forms."""
 
     @property
     def num_sampled(self) -> int:
         return sum(self.loss_mask)
+
+    def versions(self) -> tuple[int, ...]:
+        """The version that sampled each token, ``-1`` where none did (``token_versions``, or ``policy_version``
+        at every sampled position when one version sampled the whole episode)."""
+        if self.token_versions:
+            return self.token_versions
+        return tuple(self.policy_version if m else -1 for m in self.loss_mask)
 
     @property
     def success(self) -> bool:

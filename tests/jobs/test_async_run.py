@@ -1,6 +1,7 @@
 """The async pipeline in real ``harmonyrl train`` runs: the knob at 0 is today's run bit for bit; an async run
 records each episode's policy version and replays bit for bit; killed with SIGKILL mid-RL and resumed, it ends
-as an uninterrupted async run does (slow)."""
+as an uninterrupted async run does (slow). The same with partial rollouts (``rl.async.partial``): each turn's
+tokens record the version that sampled them, a partial step replays bit for bit, and a resume is lossless."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harmonyrl.jobs.replay import replay_step
+from harmonyrl.rl.partial import turn_version
 from harmonyrl.rollout.store import read_step, step_path
 from harmonyrl.types import Trajectory
 from tiny_run import tiny_run
@@ -24,6 +26,19 @@ VOLATILE = ("time/", "rollout/tokens_per_s", "engine/")  # wall-clock and batchi
 # every group kept and an entropy bonus: each step moves the weights, so "identical" is not trivially true
 MOVING = ("threads=1", "rl.skip_zero_variance_groups=false", "rl.entropy_coef=0.01")
 ASYNC = ("rl.async.max_staleness=1", "rl.correction.weights.mode=truncate")
+# a warm start at which the nano model calls the tool: two-turn episodes, the second turn under a newer version
+PARTIAL = (*ASYNC, "rl.async.partial=true", "sft.steps=100", "sft.lr=3e-3", "rollout.max_new_tokens=64")
+
+
+def _turn_versions(traj: Trajectory) -> list[set[int]]:
+    """The versions of each turn's sampled tokens (a turn's tokens are one run of the loss mask)."""
+    turns: list[set[int]] = []
+    for i, (m, v) in enumerate(zip(traj.loss_mask, traj.versions(), strict=True)):
+        if m and (i == 0 or not traj.loss_mask[i - 1]):
+            turns.append(set())
+        if m:
+            turns[-1].add(v)
+    return turns
 
 
 def _train(out: Path, name: str, *changes: str) -> Path:
@@ -71,9 +86,31 @@ def test_an_async_run_records_versions_and_replays_bit_for_bit(tmp_path: Path) -
     assert last.metrics["train/skipped"] == 0.0
 
 
+def test_a_partial_run_records_each_turns_version_and_replays_bit_for_bit(tmp_path: Path) -> None:
+    run = _train(tmp_path, "partial", *MOVING, *PARTIAL, "rl.steps=3")
+    spanning = 0
+    for s in (1, 2, 3):  # step s (1-based) is batch s - 1: turn j sampled by version min(s - 1, max(0, s - 2) + j)
+        for traj in read_step(step_path(run, s)):
+            turns = _turn_versions(traj)
+            assert turns == [{turn_version(s - 1, 1, j)} for j in range(len(turns))]
+            spanning += bool(traj.token_versions)
+    assert spanning > 0, "no episode had a second turn: the check above saw one version per episode only"
+    rl = [r for r in _stable_rows(run) if r["phase"] == "rl"]
+    assert all(r["async/stale_tokens"] == 0.0 and r["async/dropped"] == 0.0 for r in rl)
+    episodes = [json.loads(line) for line in (run / "rollouts" / "episodes.jsonl").read_text().splitlines()]
+    assert any(e.get("versions") == [1, 2] for e in episodes if e["step"] == 3)  # shown to people as well
+    replay_step(run, 1, save_to=tmp_path / "after_1")
+    replay_step(run, 2, checkpoint=tmp_path / "after_1", save_to=tmp_path / "after_2")
+    last = replay_step(run, 3, checkpoint=tmp_path / "after_2")
+    assert last.compared_with == run / "checkpoints" / "final"
+    assert last.identical is True
+
+
 @pytest.mark.slow
-def test_async_sigkill_then_resume_is_identical_to_an_uninterrupted_run(tmp_path: Path) -> None:
-    changes = (*MOVING, *ASYNC, "rl.steps=6", "rollout.group_size=4", "telemetry.record_rollouts=true")
+@pytest.mark.parametrize("partial", [False, True], ids=["async", "partial"])
+def test_async_sigkill_then_resume_is_identical_to_an_uninterrupted_run(tmp_path: Path, partial: bool) -> None:
+    changes = (*MOVING, *(PARTIAL if partial else ASYNC), "rl.steps=6", "rollout.group_size=4",
+               "telemetry.record_rollouts=true")  # fmt: skip
     whole = _train(tmp_path, "whole", *changes)
     run = tmp_path / "cut"
     cmd = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from harmonyrl.algorithms.choices import A2C, GAE, GRPO, Advantage, Guards, KLControl, PolicyLoss, PPOClip, SoftQ
 from harmonyrl.algorithms.correction import RolloutCorrectionConfig
@@ -23,10 +23,23 @@ class AsyncConfig(Frozen):
     lr_decay: float = Field(0.0, ge=0)
     """Staleness-aware step: with k > 0 each update's lr is rl.lr / (1 + lr_decay * k) (0: off; docs/async.md)."""
 
+    partial: bool = False
+    """Partial rollouts: an episode in flight while the trainer publishes a newer version continues under it, each
+    token recording the version that sampled it; staleness is bounded per token (docs/async.md). Needs k >= 1."""
+
     @property
     def enabled(self) -> bool:
         """Rollouts run ahead of the trainer."""
         return self.max_staleness > 0
+
+    @model_validator(mode="after")
+    def _partial_needs_updates_in_flight(self) -> AsyncConfig:
+        if self.partial and self.max_staleness == 0:
+            raise ValueError(
+                "rl.async.partial=true continues episodes across weight updates, and with "
+                "rl.async.max_staleness=0 no update happens while an episode runs: set max_staleness >= 1"
+            )
+        return self
 
 
 class DistillConfig(Frozen):
@@ -94,6 +107,27 @@ class RLConfig(Frozen):
     # ``async`` is a Python keyword: the field is ``async_``, read and written as ``async``
     model_config = ConfigDict(**Frozen.model_config, validate_by_name=True, validate_by_alias=True,
                               serialize_by_alias=True)  # fmt: skip
+
+    @model_validator(mode="after")
+    def _partial_needs_the_decoupled_loss(self) -> RLConfig:
+        """A partial rollout's episode is sampled by several policies, one per token: only the decoupled loss
+        (a PPO-clip loss with ``rl.correction.weights``, bypass off) corrects each token by its own behaviour
+        log-prob and keeps the trust region on the trainer's policy; a plain or bypass PPO would centre it on a
+        patchwork of old policies, and soft Q-learning has no behaviour correction."""
+        if not self.async_.partial:
+            return self
+        if self.correction.weights is None or self.correction.bypass or not isinstance(self.loss, PPOClip):
+            raise ValueError(
+                "rl.async.partial=true samples one episode with several policy versions, which only the decoupled "
+                "loss corrects token by token: use rl.loss.kind=ppo_clip with rl.correction.weights (e.g. "
+                "rl.correction.weights.mode=truncate) and rl.correction.bypass=false"
+            )
+        if self.sampling.filter_uniform_groups:  # its batches run one after another on one engine copy
+            raise ValueError(
+                "rl.async.partial=true needs the batches on engine copies, which rl.sampling.filter_uniform_groups "
+                "turns off (its extra draws would interleave): use one or the other"
+            )
+        return self
 
     @property
     def uses_critic(self) -> bool:

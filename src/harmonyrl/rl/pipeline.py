@@ -15,8 +15,10 @@ batches one after another in step order on its one weight copy.
 
 **Staleness policy: drop and count.** A sample whose version lags the trainer's by more than k is never
 trained on (invariant 10): it is dropped from the step and counted in ``async/dropped``. With this schedule every
-batch's staleness is ``min(s, k)`` by construction, so the check guards the invariant rather than firing; an
-interruptible, AReaL-style finish under newer weights is not implemented (an episode never spans a weight load).
+batch's staleness is ``min(s, k)`` by construction, so the check guards the invariant rather than firing. By
+default an episode never spans a weight load; with ``rl.async.partial`` (:mod:`harmonyrl.rl.partial`) its later
+turns take the versions published while it runs, the copies hold one live version each, and staleness is checked
+per token.
 
 **Determinism, resume.** A batch depends only on its version's weights and its step's seeds, never on timing,
 so the in-flight batches are *regenerated* after a resume: the checkpoint carries the snapshots the next batches
@@ -43,6 +45,7 @@ from harmonyrl.distributed.world import World
 from harmonyrl.engine.base import Engine
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.learn.update_result import UpdateResult
+from harmonyrl.rl.partial import PartialEngine, PartialUnsupported, VersionPool, token_staleness
 from harmonyrl.rollout.sampling import SampledStep
 from harmonyrl.rollout.scheduler import RolloutResult
 from harmonyrl.rollout.task_stream import SourceState, TaskSource
@@ -185,6 +188,15 @@ class Pipeline:
         """Seconds of this step's weight sync after its update (k = 0; async batches load theirs while collecting)."""
         self._iteration = (time.perf_counter(), 0.0)
         """When the current loop iteration began, and the engine's busy seconds then."""
+        self.pool: VersionPool | None = None
+        """Partial rollouts: the copies by live version (:mod:`harmonyrl.rl.partial`); None otherwise."""
+        if cfg.partial and self.engines:
+            if len(self.engines) != self.k + 1:
+                raise PartialUnsupported(
+                    "rl.async.partial=true needs k + 1 copies of the embedded engine (not the vLLM client, an LLM "
+                    "judge on the policy's engine, or rl.sampling.filter_uniform_groups): set rl.async.partial=false"
+                )
+            self.pool = VersionPool(self.engines, self.snapshots, version)
         if self.k > 0:
             self._start_ready()
 
@@ -224,6 +236,8 @@ class Pipeline:
         """Step ``step``'s batch: collected now (k = 0), or awaited from the batches running ahead."""
         t0 = time.perf_counter()
         self._iteration = (t0, self._busy(t0))
+        if self.pool is not None:
+            self.pool.resume()  # an evaluation may have held the copies since the last step
         if self.k == 0:
             collected = await self._run(step, None)
         else:
@@ -253,6 +267,8 @@ class Pipeline:
         self.snapshots[self.version] = snapshot(weights())
         for old in [v for v in self.snapshots if v < self.version - self.k]:  # no later batch samples with it
             del self.snapshots[old]
+        if self.pool is not None:
+            self.pool.publish(self.version)  # the turns waiting for this version go on
         self._start_ready()
 
     async def drain(self) -> None:
@@ -260,6 +276,11 @@ class Pipeline:
         evaluation, and at the end); later batches load their own version again before they start. The other
         copies' workers stop (they start again with their next batch)."""
         if self.k == 0 or self.engine is None:
+            return
+        if self.pool is not None:  # batches ahead may wait for versions not trained yet: hold them instead
+            await self.pool.pause()
+            if self.engine.policy_version != self.version:
+                await self.engine.sync_weights(self.snapshots[self.version], self.version)
             return
         for task in list(self._tasks.values()):
             await asyncio.wait([task])
@@ -302,8 +323,9 @@ class Pipeline:
         while self._next < self.steps and max(0, self._next - self.k) <= self.version:
             step, weights = self._next, self.snapshots[max(0, self._next - self.k)]
             # the batch that last used this copy (one copy: the step before) must have left it; with k + 1
-            # copies that batch has been consumed already (module docstring), so this never waits
-            before = self._tasks.get(step - max(len(self.engines), 1))
+            # copies that batch has been consumed already (module docstring), so this never waits. Partial
+            # rollouts share the copies by version instead (rl/partial.py)
+            before = None if self.pool is not None else self._tasks.get(step - max(len(self.engines), 1))
             self._drawing[step] = asyncio.Event()
             self._tasks[step] = asyncio.ensure_future(self._after(before, step, weights))
             self._next += 1
@@ -318,9 +340,11 @@ class Pipeline:
         """Load ``weights`` (version ``max(0, step - k)``) into the step's engine copy if it holds another
         version, then collect on it."""
         assert self.engines, "only the process that owns the engine collects"
-        engine = self.engines[step % len(self.engines)]
+        engine: Engine = self.engines[step % len(self.engines)]
         version = max(0, step - self.k)
-        if weights is not None and engine.policy_version != version:
+        if self.pool is not None:
+            engine = PartialEngine(self.pool, step, self.k)  # each turn on its version's copy
+        elif weights is not None and engine.policy_version != version:
             await engine.sync_weights(weights, version)
         if (previous := self._drawing.pop(step - 1, None)) is not None:
             await previous.wait()  # batch step - 1 draws its tasks first
@@ -337,6 +361,9 @@ class Pipeline:
         engine_metrics = window(batch_s) if window is not None else {}
         trainer_version = step if self.k > 0 else self.version
         kept, metrics = staleness_metrics(drawn.sampled.trained, trainer_version, self.k)
+        if isinstance(engine, PartialEngine):  # bounded per token (its async/dropped replaces the episodes')
+            kept, per_token = token_staleness(drawn.sampled.trained, trainer_version, self.k)
+            metrics |= per_token | {"time/partial_wait_s": engine.wait_s}
         metrics |= drawn.sampled.metrics | {"time/batch_s": batch_s}
         if self.k > 0:  # k = 0 keeps today's keys
             metrics["async/engine_copies"] = float(len(self.engines))

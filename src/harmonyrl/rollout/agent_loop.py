@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from harmonyrl.engine.base import Engine
+from harmonyrl.engine.turn import EPISODE_TURN
 from harmonyrl.envs.base import Env
 from harmonyrl.harmony.parse import parse_completion
 from harmonyrl.harmony.render import (
@@ -78,6 +79,8 @@ class _Builder:
         self.ids = list(prompt_ids)
         self.mask = [0] * len(prompt_ids)
         self.logprobs = [0.0] * len(prompt_ids)
+        self.versions = [-1] * len(prompt_ids)
+        """The policy version that sampled each token (-1: not sampled), kept when turns span versions."""
         self.routing: list[torch.Tensor] | None = []
         """Engine routing ``[n, L, k]`` chunks covering positions ``0 ..`` in order; None once a generation
         came without routing (then the trajectory carries none)."""
@@ -100,15 +103,21 @@ class _Builder:
         tail = ids.new_full((len(self.ids) - ids.shape[0], *ids.shape[1:]), NOT_ROUTED)
         return Routing(torch.cat([ids, tail]))
 
-    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float], version: int = 0) -> None:
         self.ids.extend(ids)
         self.mask.extend([1] * len(ids))
         self.logprobs.extend(logprobs)
+        self.versions.extend([version] * len(ids))
+
+    def token_versions(self) -> tuple[int, ...]:
+        """Per-token versions when more than one version sampled the episode (partial rollouts); else empty."""
+        return tuple(self.versions) if len({v for v in self.versions if v >= 0}) > 1 else ()
 
     def add_context(self, ids: Sequence[int]) -> None:
         self.ids.extend(ids)
         self.mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
+        self.versions.extend([-1] * len(ids))
 
 
 def observation_ids(codec: Codec, observations: Sequence[Message]) -> list[int]:
@@ -151,10 +160,11 @@ async def run_episode(
             truncated = True
             break
         t0 = time.perf_counter()
+        EPISODE_TURN.set(turn)  # an engine that picks its weights by turn reads it (rl.async.partial)
         gen = await engine.generate(stream.ids, replace(params, max_new_tokens=budget, seed=turn_seed(seed, turn)))
         gen_s = time.perf_counter() - t0
         version = gen.policy_version if version is None else min(version, gen.policy_version)
-        stream.add_sampled(gen.token_ids, gen.logprobs)
+        stream.add_sampled(gen.token_ids, gen.logprobs, gen.policy_version)
         stream.add_routing(gen.routing)
         parsed = parse_completion(codec, gen.token_ids)
         if parsed.error is None and render_completion(codec, parsed.messages) != list(gen.token_ids):
@@ -200,4 +210,5 @@ async def run_episode(
         reward_terms=terms,
         routing=stream.full_routing(),
         policy_version=version or 0,
+        token_versions=stream.token_versions(),
     )

@@ -64,12 +64,15 @@ SCHEMA = pa.schema(
         ("policy_version", pa.int64()),
         ("task_prompt", pa.string()),
         ("expected_answer", pa.string()),
+        ("token_versions", pa.list_(pa.int64())),
     ],
     metadata={"harmonyrl.rollout_format": FORMAT_VERSION},
 )
-_OPTIONAL = frozenset({"routing", "routing_shape", "policy_version", "task_prompt", "expected_answer"})
+_OPTIONAL = frozenset(
+    {"routing", "routing_shape", "policy_version", "task_prompt", "expected_answer", "token_versions"}
+)
 """Columns added after format 1 shipped: files without them read as episodes without routing, of version 0, with no
-task prompt or expected answer."""
+task prompt or expected answer, sampled by one version (``token_versions`` is also null when empty)."""
 _NULLABLE = frozenset({"failure_kind", "failure_detail"}) | _OPTIONAL
 _SPLIT = {"failure_kind": "failure", "failure_detail": "failure", "routing_shape": "routing"}
 """Columns that hold part of a field (the codec's ``failure`` pair, routing's shape beside its bytes)."""
@@ -110,6 +113,8 @@ def _column(name: str, plain: list[Plain]) -> list[Any]:
         return [None if p["routing"] is None else _routing_bytes(p["routing"]) for p in plain]
     if name == "routing_shape":
         return [None if p["routing"] is None else list(p["routing"].shape) for p in plain]
+    if name == "token_versions":  # empty unless a partial rollout spanned versions: null, as in older files
+        return [p[name] or None for p in plain]
     return [p[name] for p in plain]
 
 

@@ -3,7 +3,7 @@
 One line per episode::
 
     {"step": int, "task_id": str, "prompt": str, "expected_answer": str, "reward": float,
-     "reward_terms": {name: float}, "failure": str | null, ["team_role": str,]
+     "reward_terms": {name: float}, "failure": str | null, ["team_role": str,] ["versions": [int, ...],]
      "turns": [{"sampled": [message, ...], "parse_error": str | null, "observations": [message, ...]}]}
 
 where a sampled message is ``{"role", "channel", "recipient", "content"}`` and an observation (a tool result)
@@ -13,7 +13,9 @@ report can group by. ``prompt`` and ``expected_answer`` are the task's (``Task.p
 where the env has no expected answer), so a reader sees what was asked and what would have scored beside what the
 model did and its ``reward_terms``; the answer is for people only, never shown to the model. ``team_role`` is
 present only on a team episode's line (docs/multiagent.md): the name of the role that played this trajectory,
-so the record says who wrote each line of a team episode. Token ids and log-probs are left out on purpose: this
+so the record says who wrote each line of a team episode. ``versions`` is present only on an episode that a
+partial rollout continued across weight updates (``rl.async.partial``, docs/async.md): the policy versions that
+sampled it, oldest first. Token ids and log-probs are left out on purpose: this
 file is for people; the lossless record of a step is the rollout store.
 
 A view cut from the one plain record of :mod:`harmonyrl.trajectory_codec`, written with the standard library.
@@ -69,8 +71,17 @@ def episode_to_json(traj: Trajectory, step: int, roles: Sequence[str] = ()) -> E
         "reward_terms": {k: v if math.isfinite(v) else str(v) for k, v in traj.reward_terms.items()},
         "failure": traj.failure.kind if traj.failure is not None else None,
         **_role(traj, roles),
+        **_versions(traj),
         "turns": [_turn(turn) for turn in traj.turns],
     }
+
+
+def _versions(traj: Trajectory) -> dict[str, list[int]]:
+    """``{"versions": [v, …]}``: the policy versions that sampled the episode, oldest first, for an episode that a
+    partial rollout continued across a weight update (docs/async.md); nothing for one sampled by one version."""
+    if not traj.token_versions:
+        return {}
+    return {"versions": sorted({v for v in traj.token_versions if v >= 0})}
 
 
 def append_episodes(path: Path, trajs: Iterable[Trajectory], step: int, roles: Sequence[str] = ()) -> None:
