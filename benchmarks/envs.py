@@ -40,6 +40,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,13 +285,19 @@ def plot(rows: list[EnvRow], path: Path) -> None:
     plt.close(fig)
 
 
+def parse_names(text: str, known: Sequence[str], flag: str, noun: str) -> list[str]:
+    """A comma-separated ``flag`` list of ``known`` names, in ``known``'s order; an unknown name is a one-line error
+    (``--envs`` here, ``--rows`` in external.py)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        sys.exit(f"error: {flag}: unknown {noun} {', '.join(unknown) or '(none given)'}; choose from {','.join(known)}")
+    return [e for e in known if e in names]
+
+
 def parse_envs(text: str) -> list[str]:
     """The ``--envs`` list, in the benchmark's order; an unknown name is a one-line error."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ENVS]
-    if unknown or not names:
-        sys.exit(f"error: --envs: unknown env {', '.join(unknown) or '(none given)'}; choose from {','.join(ENVS)}")
-    return [e for e in ENVS if e in names]
+    return parse_names(text, ENVS, "--envs", "env")
 
 
 def seconds_left(deadline: str | None) -> float | None:

@@ -54,11 +54,7 @@ def constant_baseline(config: Path, split: str) -> float | None:
 
 def parse_rows(text: str) -> list[str]:
     """The ``--rows`` list, in the benchmark's order; an unknown name is a one-line error."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ROWS]
-    if unknown or not names:
-        sys.exit(f"error: --rows: unknown row {', '.join(unknown) or '(none given)'}; choose from {','.join(ROWS)}")
-    return [r for r in ROWS if r in names]
+    return bench.parse_names(text, ROWS, "--rows", "row")
 
 
 def result_line(rows: list[bench.EnvRow], split: str) -> str:
