@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harmonyrl.algorithms.distill import distill_metrics, reverse_kl_advantage
+from harmonyrl.algorithms.distill import distill_metrics, full_reverse_kl, reverse_kl_advantage
 
 
 def test_the_advantage_is_minus_weight_times_the_per_token_reverse_kl() -> None:
@@ -68,3 +68,32 @@ def test_centring_subtracts_the_batch_mean_over_the_masked_tokens() -> None:
     assert torch.equal(term.advantage, torch.tensor([[-1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
     assert torch.equal(term.reverse_kl, torch.tensor([[3.0, 1.0, 0.0], [2.0, 0.0, 0.0]]))  # the metric is uncentred
     assert float(term.advantage.sum()) == 0.0  # a baseline: the term sums to 0 over the batch
+
+
+def test_the_full_reverse_kl_sums_over_the_vocabulary() -> None:
+    # student π = (.5, .5), teacher π_T = (.25, .75): .5 ln(.5/.25) + .5 ln(.5/.75) = .5 ln(4/3)
+    # second position: student (.2, .8), teacher the same distribution from shifted logits → 0
+    s = torch.log(torch.tensor([[[0.5, 0.5], [0.2, 0.8]]]))
+    t = torch.log(torch.tensor([[[0.25, 0.75], [0.2, 0.8]]])) + torch.tensor([[[0.0, 0.0], [3.0, 3.0]]])
+    kl = full_reverse_kl(s, t)
+    assert kl.shape == (1, 2)
+    assert kl[0, 0].item() == pytest.approx(0.5 * math.log(4 / 3), rel=1e-6)
+    assert kl[0, 1].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_full_reverse_kl_gradient_is_hand_derived_and_reaches_the_student_only() -> None:
+    # d/dz_v Σ_u π_u (log π_u - log q_u) = π_v (log π_v - log q_v - KL) for softmax logits z
+    z = torch.tensor([[0.3, -1.0, 2.0]], requires_grad=True)
+    q_logits = torch.tensor([[1.0, 0.5, -0.5]], requires_grad=True)
+    kl = full_reverse_kl(z, q_logits)
+    kl.sum().backward()
+    p, log_q = torch.softmax(z.detach(), -1), torch.log_softmax(q_logits.detach(), -1)
+    expected = p * (p.log() - log_q - kl.detach()[:, None])
+    assert z.grad is not None and torch.allclose(z.grad, expected, atol=1e-6)
+    assert q_logits.grad is None  # the teacher is a constant
+    assert kl.item() > 0
+
+
+def test_the_full_reverse_kl_needs_one_shape() -> None:
+    with pytest.raises(ValueError, match="must have one shape"):
+        full_reverse_kl(torch.zeros(2, 3, 4), torch.zeros(2, 3, 5))

@@ -97,6 +97,20 @@ def test_every_distill_step_replays_bit_exactly(whole: Path) -> None:
     assert "distill/reverse_kl" in last.metrics
 
 
+def test_a_full_distill_run_logs_its_term_and_replays_bit_exactly(teacher: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(_cli("train", *_run(teacher, "rl.distill.kind=full"), f"output_dir={tmp_path}",
+                               "run_name=full"), env=env, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rl = [r for r in _rows(tmp_path / "full") if r["phase"] == "rl"]
+    assert len(rl) == 4
+    for r in rl:  # the loss term's exact reverse KL beside the sampled-id estimate, on every step
+        assert isinstance(r["distill/full_reverse_kl"], float) and r["distill/full_reverse_kl"] > 0
+        assert isinstance(r["distill/reverse_kl"], float)
+    last = replay_step(tmp_path / "full", 4)
+    assert (last.chained, last.identical, last.matches_metrics) == (3, True, True)
+
+
 def test_a_teacher_with_another_vocabulary_is_one_line(teacher: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["train", *_run(teacher, "model.tokenizer=o200k_harmony"), f"output_dir={tmp_path}"]

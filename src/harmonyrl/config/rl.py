@@ -43,18 +43,24 @@ class AsyncConfig(Frozen):
 
 
 class DistillConfig(Frozen):
-    """On-policy distillation (docs/distill.md): a teacher scores every token the student sampled, and the
-    per-token reverse KL becomes an advantage term (:mod:`harmonyrl.algorithms.distill` says why not a loss)."""
+    """On-policy distillation (docs/distill.md): a teacher scores the student's own samples, and the per-token
+    reverse KL trains the student toward it — on the sampled ids as an advantage term (``kind=sampled``), or over
+    the whole vocabulary at every sampled position as a loss term (``kind=full``);
+    :mod:`harmonyrl.algorithms.distill` says when each and why."""
 
     teacher: Path
     """The teacher's checkpoint folder (same tokenizer and vocabulary as the student; any size)."""
+    kind: Literal["sampled", "full"] = "sampled"
+    """``sampled``: ``-(log π - log π_T)`` of each sampled id as a per-token advantage (one teacher log-prob per
+    token: any vocabulary). ``full``: the exact reverse KL ``Σ_v π(v) (log π(v) - log π_T(v))`` at each sampled
+    position as a loss term (the micro-batch's ``[b, T, V]`` logits of both models: a small vocabulary)."""
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
-    """Scale of the per-token advantage ``-(log π_student - log π_teacher)`` added to the env's advantage."""
+    """Scale of the teacher's term: the per-token advantage (``sampled``) or the loss term (``full``)."""
     env_reward: bool = True
     """Keep the env's reward advantage beside the teacher's term (False: distillation alone)."""
     center: bool = True
-    """Subtract the batch's mean per-token reverse KL from the term (a baseline: same expected gradient, without
-    the push-down of every sampled token that raises the student's entropy; docs/distill.md)."""
+    """``sampled`` only: subtract the batch's mean per-token reverse KL from the term (a baseline: same expected
+    gradient, without the push-down of every sampled token that raises the student's entropy; docs/distill.md)."""
 
     @field_validator("teacher")
     @classmethod

@@ -133,13 +133,13 @@ class RunConfig(Frozen):
     @model_validator(mode="after")
     def _teacher_fits_run(self) -> RunConfig:
         """A distillation teacher scores the student's token ids (it must have the student's vocabulary) and its
-        term is an advantage (the loss must have one)."""
+        term is an advantage or a loss term of the PPO family's update."""
         distill = self.rl.distill
         if distill is None:
             return self
         if isinstance(self.rl.loss, SoftQ):
-            raise ValueError("rl.distill adds a per-token advantage, which rl.loss.kind=soft_q has none of: use a "
-                             "PPO-family loss (ppo_clip, gspo, pg)")  # fmt: skip
+            raise ValueError("rl.distill adds a per-token advantage or loss term to the PPO family's update, which "
+                             "rl.loss.kind=soft_q has none of: use a PPO-family loss (ppo_clip, gspo, pg)")  # fmt: skip
         vocab = teacher_vocab_size(distill.teacher)
         if vocab != VOCAB_SIZES[self.model.tokenizer]:
             raise ValueError(

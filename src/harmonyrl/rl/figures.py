@@ -29,6 +29,8 @@ class Micro:
     dev: float
     routing: MoeRouting | None
     """The single pass's record of this micro-batch's routing (None when another pass records it)."""
+    distill_kl: float = 0.0
+    """``rl.distill.kind=full``: the exact per-token reverse KL to the teacher, weighted by the token share."""
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,9 @@ class OnPolicy:
             masked = sum(t.failure is not None for t in trajectories)
             return UpdateResult({"train/skipped": 1.0, "train/masked_failures": float(masked)}, "nothing_trainable")
         prepared, distilled = add_teacher(prepared, self.teacher, self.cfg)
-        result = rl_update(model, optimizer, prepared, self.cfg, reference, self.value_head, self.norm, self.world)
+        teacher = self.teacher.model if self.teacher is not None else None
+        result = rl_update(model, optimizer, prepared, self.cfg, reference, self.value_head, self.norm, self.world,
+                           teacher)  # fmt: skip
         return replace(result, metrics=result.metrics | distilled | {"train/skipped": 0.0})
 
     def param_groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:

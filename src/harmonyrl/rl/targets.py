@@ -202,9 +202,11 @@ def loss_targets(cfg: RLConfig, batch: Batch, old: OldPolicy, ref_logp: torch.Te
     if cfg.kl.coef > 0 and cfg.kl.use == "reward":
         penalty = kl_reward_penalty(penalty, old.logp, ref_logp, m, cfg.kl.coef, cfg.kl.estimator)
     adv, returns = token_advantages(cfg.advantage, batch, penalty, old.values)
-    if cfg.distill is not None:  # on-policy distillation: the teacher's per-token term (algorithms/distill.py)
+    d = cfg.distill
+    if d is not None and not d.env_reward:
+        adv = torch.zeros_like(adv)
+    if d is not None and d.kind == "sampled":  # on-policy distillation's per-token term (algorithms/distill.py)
         assert batch.teacher_logprobs is not None, "the learner scores the batch with the teacher first"
-        d = cfg.distill
         term = reverse_kl_advantage(batch.sampler_logprobs, batch.teacher_logprobs, m, d.weight, d.center)
-        adv = term.advantage + (adv if d.env_reward else torch.zeros_like(adv))
+        adv = adv + term.advantage
     return LossTargets(old_logp, adv, returns, weights, m, ref_logp, correction)

@@ -33,10 +33,12 @@ from harmonyrl.algorithms.choices import (
     PolicyGradient,
     PPOClip,
 )
+from harmonyrl.algorithms.distill import full_reverse_kl
 from harmonyrl.algorithms.kl import kl_estimate, kl_k3, kl_loss
 from harmonyrl.algorithms.losses import (
     AggregationMode,
     PolicyLossOutput,
+    aggregate_loss,
     aggregation_units,
     entropy_bonus,
     gspo_loss,
@@ -103,6 +105,8 @@ class _Pass:
     needs_ref: bool
     world: World = SINGLE
     """Under torchrun: this rank trains its shard of each minibatch's rows (see ``_optimizer_step``)."""
+    teacher: torch.nn.Module | None = None
+    """``rl.distill.kind=full``: the teacher whose whole distribution each micro-batch's loss is pulled toward."""
 
 
 def rl_update(
@@ -114,12 +118,14 @@ def rl_update(
     value_head: torch.nn.Module | None = None,
     norm: float | None = None,
     world: World = SINGLE,
+    teacher: torch.nn.Module | None = None,
 ) -> UpdateResult:
     """Apply ``cfg.epochs × cfg.minibatches`` optimizer steps, or none if a guard trips (then everything is
     rolled back and the result is not ``applied``).
 
     ``value_head`` is required by critic estimators (its parameters must be in ``optimizer``); ``norm`` is the
-    constant of ``seq-mean-token-sum-norm`` (the episode token budget).
+    constant of ``seq-mean-token-sum-norm`` (the episode token budget); ``teacher`` is required by
+    ``rl.distill.kind=full`` (a no-grad pass of it per micro-batch gives the logits the loss term reads).
 
     Under torchrun (``world``) every rank holds the whole batch: the no-grad passes, advantages and loss
     targets are computed over all of it (identically on every rank), and only the gradient passes are split:
@@ -139,13 +145,17 @@ def rl_update(
     ref_logp = _reference_logp(ref_model, batch, cfg.micro_batch) if needs_ref and ref_model is not None else old.logp
     targets = loss_targets(cfg, batch, old, ref_logp)
     train_batch = batch
+    full = cfg.distill is not None and cfg.distill.kind == "full"
+    if full and teacher is None:
+        raise ValueError("rl.distill.kind=full needs the teacher model passed to rl_update")
     if cfg.routing_replay == "r2":  # every later pass of this step routes as the first did (R3: as the sampler)
         assert old.routing is not None, "single_pass() is never chosen under R2"
         train_batch = replace(batch, routing=old.routing.used)
     # async: a smaller step for a gradient taken on stale samples (the bound k: replay reads only the config)
     scale = staleness_lr_scale(cfg.async_.max_staleness, cfg.async_.lr_decay)
     with scaled_lr(optimizer, scale):
-        steps = _optimize(model, optimizer, _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world))
+        plan = _Pass(cfg, train_batch, old, targets, critic, norm, needs_ref, world, teacher if full else None)
+        steps = _optimize(model, optimizer, plan)
     figures = UpdateFigures.of(steps, world)
     if old.single:  # each rank's pass filled in its rows (zeros elsewhere): the whole batch's, on every rank
         sum_all(old.logp, world)
@@ -213,6 +223,15 @@ def _micro_batch(
     token_share = float(mb_mask.sum() / totals[1])
     scored, routing = _forward(model, p, mb, rows)
     out, loss, v_loss = _mb_loss(p, scored, rows, mb_mask)
+    distill_kl = 0.0
+    if p.teacher is not None and p.cfg.distill is not None:  # rl.distill.kind=full: the exact reverse KL, a loss
+        assert scored.logits is not None, "the full distillation term keeps the micro-batch's logits"
+        with torch.no_grad():
+            teacher_logits = score(p.teacher, mb.input_ids, mb.attention_mask, keep_logits=True).logits
+        assert teacher_logits is not None
+        kl = full_reverse_kl(scored.logits, teacher_logits)  # [b, t-1]
+        loss = loss + p.cfg.distill.weight * aggregate_loss(kl, mb_mask, p.cfg.aggregation, p.norm)
+        distill_kl = float(masked_token_mean(kl.detach(), mb_mask)) * token_share
     with torch.autocast(loss.device.type, enabled=False):  # under bf16 autocast: the forward only
         (loss * share).backward()
     with torch.no_grad():
@@ -229,6 +248,7 @@ def _micro_batch(
         value_loss=float(v_loss.detach()) * float(share) if v_loss is not None else 0.0,
         dev=float(out.ratio_max_dev),
         routing=routing,
+        distill_kl=distill_kl,
     )
 
 
@@ -249,7 +269,7 @@ def _forward(model: torch.nn.Module, p: _Pass, mb: Batch, rows: torch.Tensor) ->
         routing = mb_routing(model, mb, False)
     scored = score(model, mb.input_ids, mb.attention_mask, entropy_grad=p.cfg.entropy_coef > 0,
                    value_head=p.critic, routing=routing, needed=mb.loss_mask,
-                   share_prefix=not p.world.distributed)  # fmt: skip
+                   share_prefix=not p.world.distributed, keep_logits=p.teacher is not None)  # fmt: skip
     if not p.old.single:
         return scored, None
     p.old.logp[rows, : mb.loss_mask.shape[1]] = scored.logprobs.detach()
@@ -321,6 +341,9 @@ def _metrics(
     )
     if isinstance(cfg.advantage, GAE | A2C):
         metrics["train/value_loss"] = figures.value_loss / steps
+    if cfg.distill is not None and cfg.distill.kind == "full":  # the loss term's reverse KL, per token
+        local = sum(m.distill_kl for step in figures.steps for m in step.micro)  # this rank's rows
+        metrics["distill/full_reverse_kl"] = float(sum_all(torch.tensor([local]), world)) / steps
     if needs_ref:
         metrics["train/kl_ref_live_k3"] = kl_live
     return metrics
