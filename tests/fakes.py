@@ -6,15 +6,18 @@ Importable from every test folder as ``from fakes import ...``: pytest puts ``te
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
+from transformers import GptOssForCausalLM
 
 from harmonyrl.harmony.render import render_completion
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+from harmonyrl.learn.update_result import UpdateResult
 from harmonyrl.tasks.calculator import expression_of
-from harmonyrl.types import Generation, Message, SamplingParams, Task
+from harmonyrl.types import Generation, Message, SamplingParams, Task, Trajectory
 
 LOGPROB = -0.5
 """The sampler log-prob a scripted engine reports for every token."""
@@ -73,3 +76,38 @@ def calculator_solver(tok: HarmonyTokenizer, tasks: Sequence[Task]) -> ScriptedE
                                                 content_type="json")])  # fmt: skip
 
     return ScriptedEngine(script)
+
+
+class SteppingTrainer:
+    """The trainer side of a fake RL loop (the pipeline's ``update`` and ``weights``): a copy of ``model`` whose
+    every update moves ``lm_head`` by a step seeded by the update's number, so every version samples differently
+    and the same versions are the same weights in every run."""
+
+    def __init__(self, model: GptOssForCausalLM) -> None:
+        self.model = copy.deepcopy(model)
+        self.updates = 0
+
+    def update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
+        self.updates += 1
+        head = self.model.lm_head.weight
+        step = torch.randn(head.shape, generator=torch.Generator().manual_seed(self.updates))
+        with torch.no_grad():
+            head.add_(0.5 * step)
+        return UpdateResult({})
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+
+class Cursor:
+    """A task source whose tasks are the integers in order (the sequential stream's shape)."""
+
+    def __init__(self) -> None:
+        self.cursor = 0
+
+    def draw(self, step: int, n: int) -> list[int]:
+        self.cursor += n
+        return list(range(self.cursor - n, self.cursor))
+
+    def state(self) -> dict[str, object]:
+        return {"kind": "sequential", "cursor": self.cursor}

@@ -5,7 +5,6 @@ an evaluation's pause mid-run, and the one-line refusals."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 from collections.abc import Mapping, Sequence
 
@@ -13,14 +12,13 @@ import pytest
 import torch
 from transformers import GptOssForCausalLM
 
-from fakes import calculator_solver
+from fakes import Cursor, SteppingTrainer, calculator_solver
 from harmonyrl.config import AsyncConfig, load_config
 from harmonyrl.config_tree import ConfigError
 from harmonyrl.engine.base import Engine
 from harmonyrl.engine.local.engine import LocalEngine
 from harmonyrl.engine.turn import EPISODE_TURN
 from harmonyrl.harmony.tokenizer import HarmonyTokenizer
-from harmonyrl.learn.update_result import UpdateResult
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rl.partial import PartialUnsupported, token_staleness, turn_version
 from harmonyrl.rl.pipeline import Drawn, Pipeline, StepDraws
@@ -105,28 +103,20 @@ def model() -> GptOssForCausalLM:
     return build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=0).eval()
 
 
-class Run:
+class Run(SteppingTrainer):
     """The loop's side: an update that moves ``lm_head`` by a seeded step; batches of 4 episodes of 3 turns each,
     with a "tool" sleep of random length between the turns (episode 0's long), as the agent loop runs them."""
 
     def __init__(self, model: GptOssForCausalLM, long_tool_s: float = 0.15) -> None:
-        self.model = copy.deepcopy(model)
-        self.cursor = 0
-        self.updates = 0
+        super().__init__(model)
+        self.source = Cursor()
         self.long_tool_s = long_tool_s
         self.sampled: dict[int, list[list[tuple[tuple[int, ...], int]]]] = {}
         self.published_during: dict[int, set[int]] = {}
         """Per step: the versions the trainer published while its batch was running."""
 
-    def draw(self, step: int, n: int) -> list[int]:
-        self.cursor += n
-        return list(range(self.cursor - n, self.cursor))
-
-    def state(self) -> dict[str, object]:
-        return {"kind": "sequential", "cursor": self.cursor}
-
     async def collect(self, step: int, engine: Engine) -> Drawn:
-        draws = StepDraws(self)  # type: ignore[arg-type]
+        draws = StepDraws(self.source)  # type: ignore[arg-type]
         tasks = draws.draw(step, 4)
         before = self.updates
         episodes = await asyncio.gather(*(self._episode(step, i, t, engine) for i, t in enumerate(tasks)))
@@ -146,16 +136,6 @@ class Run:
             await asyncio.sleep((self.long_tool_s if i == 0 else 0.0) + random.random() * 0.01)  # timing varies
             prompt = [*prompt, *gen.token_ids, 7, 8]
         return turns
-
-    def update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
-        self.updates += 1
-        step = torch.randn(self.model.lm_head.weight.shape, generator=torch.Generator().manual_seed(self.updates))
-        with torch.no_grad():
-            self.model.lm_head.weight.add_(0.5 * step)
-        return UpdateResult({})
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
 
 
 def _partial(model: GptOssForCausalLM, k: int, evaluate_at: int | None = None) -> tuple[Run, list[dict[str, float]]]:

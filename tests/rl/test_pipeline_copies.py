@@ -9,19 +9,17 @@ with a "tool" sleep between the turns whose length varies from run to run (episo
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
-from collections.abc import Sequence
 from typing import cast
 
 import pytest
 import torch
 from transformers import GptOssForCausalLM
 
+from fakes import Cursor, SteppingTrainer
 from harmonyrl.config import AsyncConfig
 from harmonyrl.engine.base import Engine
 from harmonyrl.engine.local.engine import LocalEngine
-from harmonyrl.learn.update_result import UpdateResult
 from harmonyrl.models.tiny_gpt_oss import build_config, build_model
 from harmonyrl.rl.pipeline import Drawn, Pipeline, StepDraws
 from harmonyrl.rollout.sampling import SampledStep
@@ -37,13 +35,12 @@ def model() -> GptOssForCausalLM:
     return build_model(build_config("nano", VOCAB, pad_token_id=0, eos_token_id=1), seed=0).eval()
 
 
-class Run:
+class Run(SteppingTrainer):
     """The loop's side: a trainer whose update moves ``lm_head``, and what each step's batch sampled."""
 
     def __init__(self, model: GptOssForCausalLM) -> None:
-        self.model = copy.deepcopy(model)
+        super().__init__(model)
         self.source = Cursor()
-        self.updates = 0
         self.sampled: dict[int, tuple[list[Turns], set[int]]] = {}
         self.in_flight = self.most_in_flight = 0
 
@@ -68,30 +65,6 @@ class Run:
         second = await engine.generate(reply, SamplingParams(max_new_tokens=6, seed=1000 * step + i + 500))
         assert first.policy_version == second.policy_version  # an episode never spans a weight load
         return (first.token_ids, second.token_ids), first.policy_version
-
-    def update(self, trajectories: Sequence[Trajectory]) -> UpdateResult:
-        self.updates += 1
-        step = torch.randn(self.model.lm_head.weight.shape, generator=torch.Generator().manual_seed(self.updates))
-        with torch.no_grad():
-            self.model.lm_head.weight.add_(0.5 * step)
-        return UpdateResult({})
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
-
-
-class Cursor:
-    """A task source whose tasks are the integers in order (the sequential stream's shape)."""
-
-    def __init__(self) -> None:
-        self.cursor = 0
-
-    def draw(self, step: int, n: int) -> list[int]:
-        self.cursor += n
-        return list(range(self.cursor - n, self.cursor))
-
-    def state(self) -> dict[str, object]:
-        return {"kind": "sequential", "cursor": self.cursor}
 
 
 def _trajectory(version: int) -> Trajectory:
