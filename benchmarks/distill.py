@@ -146,6 +146,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--weight", type=float, default=1.0, help="rl.distill.weight")
     p.add_argument("--no-env-reward", action="store_true", help="the distill arm without the env's reward")
     p.add_argument("--kind", choices=("sampled", "full"), default="sampled", help="rl.distill.kind of the distill arm")
+    p.add_argument("--distill-lr", type=float, default=None, help="the distill arm's rl.lr (default: every arm's)")
     p.add_argument("--fraction", type=float, default=0.5, help="of the teacher's held-out success")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quick", action="store_true")
@@ -180,6 +181,8 @@ def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespa
         return asyncio.run(_sft_arm(load_config(None, [*student, "run_name=sft"]), teacher, args.steps, args.every))
     extra = [f"rl.distill.teacher={teacher}", f"rl.distill.weight={args.weight}", f"rl.distill.kind={args.kind}"]
     extra = extra if arm == "distill" else []
+    if arm == "distill" and args.distill_lr is not None:
+        extra.append(f"rl.lr={args.distill_lr}")
     if arm == "distill" and args.no_env_reward:
         extra.append("rl.distill.env_reward=false")
     result = asyncio.run(train(load_config(None, [*student, *extra, f"run_name={arm}"]), Console(quiet=True)))
