@@ -21,21 +21,26 @@ rollout.group_size`` episodes (default sizes: :data:`BUDGET`):
 
 * ``rl``: RL on the env's reward (the default GRPO update);
 * ``distill``: the same run with ``rl.distill.teacher`` (the env's reward kept unless ``--no-env-reward``;
-  ``rl.distill.weight``): every sampled token scored by the teacher, the per-token reverse KL an advantage term;
+  ``rl.distill.weight``, ``rl.distill.kind`` from ``--kind``): the teacher scores the student's own samples and the
+  per-token reverse KL trains the student toward it;
 * ``sft``: supervised steps on the teacher's own successful episodes of the same number of train tasks
   (``steps × tasks_per_step`` tasks, ``group_size`` samples each at T = 1, failures dropped: rejection-sampled
   distillation), batches of the same ``tasks_per_step × group_size`` episodes, the RL learning rate and optimizer;
-  cross-entropy on the teacher's sampled tokens only.
+  cross-entropy on the teacher's sampled tokens only; ``rl.epochs`` optimizer steps on each batch, as the RL arms.
+  The env's reward chooses its data, so it aims at a distribution better than the teacher's;
+* ``sft_all``: the same on **all** the teacher's episodes (faults excepted), failures kept: the forward-KL
+  counterpart of ``distill`` (both aim at the teacher's own distribution; ``distill`` on the student's prefixes,
+  ``sft_all`` on the teacher's).
 
 **Measured.** Held-out pass@1 (``eval.n_tasks`` tasks × ``eval.samples_per_task`` samples at T = 1) before,
 every ``--every`` steps and at the end, and greedy success at the end; student minutes: the wall time of the
-student's steps (rollouts and updates, with the teacher's scoring pass for ``distill``; the teacher's sampling and
-the SFT steps for ``sft``), evaluations excluded. Steps to reach ``--fraction`` of the teacher's held-out success:
-the first evaluation at or above it (``inf`` if none). Arms alternate their order with the seed (the machine's
-load drifts).
+student's steps (rollouts and updates, with the teacher's scoring passes for ``distill``; the teacher's sampling
+and the SFT steps for ``sft`` and ``sft_all``), evaluations excluded. Steps to reach ``--fraction`` of the teacher's
+held-out success: the first evaluation at or above it (``inf`` if none). Arms alternate their order with the seed
+(the machine's load drifts).
 
-**Reported.** A table per seed and arm, and ``RESULT teacher=… rl=… sft=… distill=… *_greedy=… rl_min=… sft_min=…
-distill_min=… distill_vs_rl_pp=… distill_vs_sft_pp=… fraction=… rl_steps_to=… sft_steps_to=… distill_steps_to=…
+**Reported.** A table per seed and arm, and ``RESULT teacher=… rl=… sft=… sft_all=… distill=… *_greedy=… *_min=…
+distill_vs_rl_pp=… distill_vs_sft_pp=… distill_vs_sft_all_pp=… fraction=… *_steps_to=…
 seeds=…``: held-out pass@1 means over seeds with ``_se`` standard errors (:func:`harmonyrl.telemetry.stats.mean_se`);
 the ``_vs_`` gaps in points, paired by seed; ``*_steps_to``: mean over seeds of the steps to ``fraction`` × the
 teacher's success (``inf`` when a seed never got there). ``--quick``: one seed, 2 steps, tiny sizes (a smoke test).
@@ -63,6 +68,7 @@ from harmonyrl.config import RunConfig, load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.jobs.train import eval_only, sft_only, train
 from harmonyrl.learn.batch import collate, score
+from harmonyrl.learn.optimizer_step import scaled_lr, steps_taken, warmup_scale
 from harmonyrl.rollout.scheduler import group_requests
 from harmonyrl.rollout.team import run_rollouts
 from harmonyrl.run.checkpoint import save_checkpoint
@@ -71,7 +77,7 @@ from harmonyrl.telemetry.metrics import read_metrics
 from harmonyrl.telemetry.stats import mean_se
 from harmonyrl.types import SamplingParams, Trajectory
 
-ARMS = ("rl", "sft", "distill")
+ARMS = ("rl", "sft", "sft_all", "distill")
 BUDGET = ["rollout.tasks_per_step=4", "rollout.group_size=8", "eval.n_tasks=50", "eval.samples_per_task=2"]
 """The default sizes (a key=value argument replaces any of them): ~10 minutes on two shared cores."""
 QUICK = ["rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=24", "eval.n_tasks=4",
@@ -177,8 +183,9 @@ async def _evaluate(cfg: RunConfig, checkpoint: Path) -> Score:
 
 def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespace, console: Console) -> Arm:
     console.print(f"[bold]{arm}[/]")
-    if arm == "sft":
-        return asyncio.run(_sft_arm(load_config(None, [*student, "run_name=sft"]), teacher, args.steps, args.every))
+    if arm in ("sft", "sft_all"):
+        cfg = load_config(None, [*student, f"run_name={arm}"])
+        return asyncio.run(_sft_arm(cfg, teacher, args.steps, args.every, successes_only=arm == "sft"))
     extra = [f"rl.distill.teacher={teacher}", f"rl.distill.weight={args.weight}", f"rl.distill.kind={args.kind}"]
     extra = extra if arm == "distill" else []
     if arm == "distill" and args.distill_lr is not None:
@@ -198,11 +205,11 @@ def _deduplicated(curve: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return sorted(dict(curve).items())
 
 
-async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int) -> Arm:
+async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int, successes_only: bool) -> Arm:
     """SFT of the warm-started student on the teacher's successful samples (see the module docstring)."""
     setup_process(cfg.seed, cfg.threads)
     start = time.monotonic()
-    samples = await _teacher_samples(cfg, teacher, steps)
+    samples = await _teacher_samples(cfg, teacher, steps, successes_only)
     sampling_s = time.monotonic() - start
     assert cfg.model.init_from is not None
     first = await _evaluate(cfg, cfg.model.init_from)
@@ -224,12 +231,14 @@ async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int) -> Arm
             rng.shuffle(epoch)
             pool.extend(epoch)
         batch, pool = collate(pool[:size], tok.special.endoftext), pool[size:]
-        scored = score(model, batch.input_ids, batch.attention_mask, needed=batch.loss_mask)
-        loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.rl.max_grad_norm)
-        optimizer.step()
+        for _ in range(cfg.rl.epochs):  # as many optimizer steps on the batch as the RL arms' rl.epochs
+            scored = score(model, batch.input_ids, batch.attention_mask, needed=batch.loss_mask)
+            loss = -(scored.logprobs * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.rl.max_grad_norm)
+            with scaled_lr(optimizer, warmup_scale(steps_taken(optimizer) + 1, cfg.rl.lr_warmup_steps)):
+                optimizer.step()  # the RL arms' warm-up, if any
         arm.step_s.append(time.monotonic() - t0)
         if step % every == 0 or step == steps:
             scored_now = await _evaluate(cfg, save_checkpoint(folder / f"step{step}", model, None, step, {}))
@@ -238,8 +247,9 @@ async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int) -> Arm
     return arm
 
 
-async def _teacher_samples(cfg: RunConfig, teacher: Path, steps: int) -> list[Trajectory]:
-    """The teacher's successful episodes of ``steps × tasks_per_step`` train tasks, ``group_size`` each, at T=1."""
+async def _teacher_samples(cfg: RunConfig, teacher: Path, steps: int, successes_only: bool) -> list[Trajectory]:
+    """The teacher's episodes of ``steps × tasks_per_step`` train tasks, ``group_size`` each, at T=1 (the
+    successful ones only with ``successes_only``; faulted ones never)."""
     tok = load_codec(cfg.model.tokenizer)
     factory = make_factory(cfg)
     tcfg = load_config(None, [f"model.init_from={teacher}", "sft.steps=0", f"seed={cfg.seed}", "threads=1"])
@@ -250,7 +260,7 @@ async def _teacher_samples(cfg: RunConfig, teacher: Path, steps: int) -> list[Tr
     result = await run_rollouts(engine, factory, tok, group_requests(tasks, cfg.rollout.group_size, cfg.seed),
                                 params, limits, 64)  # fmt: skip
     await engine.close()
-    return [t for t in result.trajectories if t.failure is None and t.success]
+    return [t for t in result.trajectories if t.failure is None and (t.success or not successes_only)]
 
 
 def _report(
@@ -288,7 +298,7 @@ def _report(
     fields += [_est("teacher_greedy", [teacher[s].greedy for s in seeds])]
     fields += [_est(f"{arm}_greedy", [results[s][arm].greedy for s in seeds]) for arm in ARMS]
     fields += [f"{arm}_min={statistics.fmean(results[s][arm].minutes for s in seeds):.2f}" for arm in ARMS]
-    for other in ("rl", "sft"):
+    for other in ("rl", "sft", "sft_all"):
         gaps = [100 * (results[s]["distill"].final - results[s][other].final) for s in seeds]
         fields.append(_est(f"distill_vs_{other}_pp", gaps, digits=1))
     fields.append(f"fraction={args.fraction:g}")

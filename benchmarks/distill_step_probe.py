@@ -2,7 +2,7 @@
 
     python benchmarks/distill_step_probe.py --student W --teacher T [--lr 1e-4] [--steps 5] [--seed 0]
 
-Samples ``rollout.tasks_per_step × rollout.group_size`` (4 × 8) episodes of the first train tasks from the student
+Samples 4 × 8 episodes (``benchmarks/distill.py``'s batch) of the first train tasks from the student
 ``W`` at T = 1, then runs ``--steps`` updates of ``rl.distill.kind=full`` alone (``env_reward=false``, AdamW as the
 learner builds it) on that same batch, printing the exact reverse KL to the teacher ``T`` on the batch's sampled
 positions after each. Last line: ``RESULT lr=… kl_before=… kl_after_1=… kl_after=…``. docs/distill.md reads it.
@@ -38,6 +38,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     cfg = load_config(None, [f"model.init_from={args.student}", "sft.steps=0", f"seed={args.seed}", "threads=2",
+                             "rollout.tasks_per_step=4", "rollout.group_size=8",
                              f"rl.distill.teacher={args.teacher}", "rl.distill.kind=full",
                              "rl.distill.env_reward=false", f"rl.lr={args.lr}"])  # fmt: skip
     setup_process(cfg.seed, cfg.threads)

@@ -31,7 +31,8 @@ def test_the_smoke_mode_runs_every_arm_and_prints_the_result(tmp_path: Path) -> 
     result = done.stdout.strip().splitlines()[-1]
     assert result.startswith("RESULT ")
     keys = {kv.split("=", 1)[0] for kv in result.split()[1:]}
-    for arm in ("teacher", "rl", "sft", "distill"):
+    for arm in ("teacher", "rl", "sft", "sft_all", "distill"):
         assert {arm, f"{arm}_se"} <= keys
-    assert {"rl_min", "sft_min", "distill_min", "distill_vs_rl_pp", "distill_vs_sft_pp", "seeds"} <= keys
+    assert {"rl_min", "sft_min", "sft_all_min", "distill_min", "distill_vs_rl_pp", "distill_vs_sft_pp",
+            "distill_vs_sft_all_pp", "seeds"} <= keys  # fmt: skip
     assert (tmp_path / "distill.json").is_file() and (tmp_path / "seed0" / "distill" / "metrics.jsonl").is_file()

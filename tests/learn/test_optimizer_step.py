@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harmonyrl.algorithms.choices import Guards
-from harmonyrl.learn.optimizer_step import NO_GUARDS, GuardFigures, optimizer_step
+from harmonyrl.learn.optimizer_step import NO_GUARDS, GuardFigures, optimizer_step, warmup_scale
 
 
 def _setup() -> tuple[torch.nn.Parameter, torch.optim.Optimizer]:
@@ -62,3 +62,45 @@ def test_a_gradient_norm_guard_reads_the_norm_before_clipping() -> None:
 
     outcome = optimizer_step(optimizer, [weight], backward, max_grad_norm=1.0, guards=Guards(max_grad_norm=40.0))
     assert outcome.tripped == "grad_norm"
+
+
+def test_the_warmup_scale_is_linear_then_one() -> None:
+    assert [warmup_scale(n, 4) for n in (1, 2, 3, 4, 5, 9)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert warmup_scale(1, 0) == 1.0
+
+
+def _constant_gradient_steps(
+    optimizer: torch.optim.Optimizer, w: torch.nn.Parameter, n: int, warmup: int
+) -> list[float]:
+    """How far each of ``n`` steps moves ``w`` under a constant gradient of 1: with Adam (bias-corrected,
+    ``m̂ / √v̂ = 1`` for a constant gradient) each step moves by exactly its learning rate."""
+    moved = []
+    for _ in range(n):
+        before = float(w.detach())
+
+        def backward() -> GuardFigures:
+            w.grad = torch.ones_like(w)
+            return GuardFigures(loss=0.0)
+
+        optimizer_step(optimizer, [w], backward, max_grad_norm=10.0, warmup=warmup)
+        moved.append(before - float(w.detach()))
+    return moved
+
+
+def test_a_warmup_ramps_each_steps_learning_rate_and_resumes_where_it_stopped() -> None:
+    w = torch.nn.Parameter(torch.zeros(()))
+    optimizer = torch.optim.AdamW([w], lr=0.1, weight_decay=0.0, eps=1e-12)
+    moved = _constant_gradient_steps(optimizer, w, 2, warmup=4)
+    assert optimizer.param_groups[0]["lr"] == 0.1  # the configured rate is kept (the checkpoint saves it)
+    resumed = torch.optim.AdamW([w], lr=0.1, weight_decay=0.0, eps=1e-12)
+    resumed.load_state_dict(optimizer.state_dict())  # a resume: the step count comes with the state
+    moved += _constant_gradient_steps(resumed, w, 3, warmup=4)
+    assert moved == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1], rel=1e-5)
+
+
+def test_no_warmup_steps_at_the_full_rate_and_a_warmup_needs_adam() -> None:
+    w = torch.nn.Parameter(torch.zeros(()))
+    assert _constant_gradient_steps(torch.optim.AdamW([w], lr=0.1, eps=1e-12, weight_decay=0.0), w, 2, 0) == \
+        pytest.approx([0.1, 0.1], rel=1e-5)  # fmt: skip
+    with pytest.raises(TypeError, match="warm-up counts Adam's steps"):
+        _constant_gradient_steps(torch.optim.SGD([w], lr=0.1), w, 1, warmup=2)

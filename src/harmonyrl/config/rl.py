@@ -93,6 +93,11 @@ class RLConfig(Frozen):
     optimizer step, so it bounds the activation peak (``harmonyrl plan``), not what is learnt. At gpt-oss-20b's
     4k tokens use 1 (32 rows of 4k tokens are ~59 GiB of activations)."""
     max_grad_norm: float = Field(1.0, gt=0)
+    lr_warmup_steps: int = Field(0, ge=0)
+    """The learning rate rises linearly over the first N optimizer steps (``lr · n / N`` at the n-th), then stays
+    at ``rl.lr``; 0: no warm-up. Why: Adam's first steps move every parameter by ~lr whatever its gradient
+    (docs/distill.md measures one tripling a loss it descends). Counted from the optimizer's own step count, so a
+    resume continues the ramp where it stopped."""
     skip_zero_variance_groups: bool = True
     """Drop groups whose rewards are all equal when the advantage is group-relative (GRPO, RLOO,
     REINFORCE++ with a group baseline): their advantage is 0 and they only cost compute."""

@@ -55,17 +55,38 @@ def optimizer_step(
     backward: Callable[[], GuardFigures],
     max_grad_norm: float,
     guards: Guards = NO_GUARDS,
+    warmup: int = 0,
 ) -> StepOutcome:
     """Zero, ``backward()``, clip ``params`` to ``max_grad_norm`` (the global norm when sharded), check
-    ``guards``, and step ``optimizer`` unless one trips. ``params`` are the ones the optimizer trains, in the
-    caller's order (the norm is a sum over them)."""
+    ``guards``, and step ``optimizer`` unless one trips, at :func:`warmup_scale` of its learning rate. ``params``
+    are the ones the optimizer trains, in the caller's order (the norm is a sum over them)."""
     optimizer.zero_grad(set_to_none=True)
     figures = backward()
     grad_norm = clip_grad_norm(params, max_grad_norm)
     tripped = trip_reason(guards, loss=figures.loss, grad_norm=grad_norm, kl=figures.kl, entropy=figures.entropy)
+    if warmup > 0 and not isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+        raise TypeError(f"a learning-rate warm-up counts Adam's steps; {type(optimizer).__name__} keeps no count")
     if tripped is None:
-        optimizer.step()
+        with scaled_lr(optimizer, warmup_scale(steps_taken(optimizer) + 1, warmup)):
+            optimizer.step()
     return StepOutcome(grad_norm, tripped)
+
+
+def warmup_scale(n: int, warmup: int) -> float:
+    """The learning-rate factor of the ``n``-th optimizer step (1-based) under a linear warm-up of ``warmup``
+    steps: ``n / warmup`` until it reaches 1; always 1 with ``warmup == 0``."""
+    return 1.0 if warmup <= 0 else min(1.0, n / warmup)
+
+
+def steps_taken(optimizer: torch.optim.Optimizer) -> int:
+    """How many steps ``optimizer`` has applied, from its own state (Adam's per-parameter ``step``, saved in a
+    checkpoint with it); 0 before the first."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if step is not None:
+                return int(step)
+    return 0
 
 
 @contextmanager

@@ -137,7 +137,7 @@ def soft_q_update(
             step |= _backward(model, ref_model, critic, batch, sq, cfg.aggregation)
             return GuardFigures(step["loss"], step["kl_ref_k3"], step["entropy"])
 
-        outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards)
+        outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards, cfg.lr_warmup_steps)
         norms.append(outcome.grad_norm)
         sums = {k: sums[k] + step[k] for k in _SUMS}
         if (tripped := outcome.tripped) is not None:

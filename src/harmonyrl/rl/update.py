@@ -207,7 +207,7 @@ def _optimizer_step(
         return GuardFigures(loss, kl_live if p.needs_ref else None, entropy)
 
     params = [q for g in optimizer.param_groups for q in g["params"]]
-    outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards)
+    outcome = optimizer_step(optimizer, params, backward, cfg.max_grad_norm, cfg.guards, cfg.lr_warmup_steps)
     return StepFigures(tuple(micro), *summed[0], outcome.grad_norm, outcome.tripped)
 
 
