@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from harmonyrl.config import load_config
+from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.jobs.replay import replay_step
 from harmonyrl.rl.partial import turn_version
 from harmonyrl.rollout.store import read_step, step_path
+from harmonyrl.run.checkpoint import save_checkpoint
+from harmonyrl.run.setup import make_model, setup_process
 from harmonyrl.types import Trajectory
 from tiny_run import tiny_run
 
@@ -106,10 +110,20 @@ def test_a_partial_run_records_each_turns_version_and_replays_bit_for_bit(tmp_pa
     assert last.identical is True
 
 
+def _teacher(folder: Path) -> Path:
+    """A fresh micro model (the nano student's vocabulary) saved as a distillation teacher."""
+    config = load_config(None, ["model.preset=micro", "seed=7"])
+    setup_process(config.seed, 1)
+    return save_checkpoint(folder, make_model(config, HarmonyTokenizer.load_default()), None, 0, {})
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("partial", [False, True], ids=["async", "partial"])
-def test_async_sigkill_then_resume_is_identical_to_an_uninterrupted_run(tmp_path: Path, partial: bool) -> None:
-    changes = (*MOVING, *(PARTIAL if partial else ASYNC), "rl.steps=6", "rollout.group_size=4",
+@pytest.mark.parametrize("mode", ["async", "partial", "partial_distill"])
+def test_async_sigkill_then_resume_is_identical_to_an_uninterrupted_run(tmp_path: Path, mode: str) -> None:
+    """``partial_distill``: partial rollouts, full-vocabulary on-policy distillation and a warm-up all on."""
+    distill = (f"rl.distill.teacher={_teacher(tmp_path / 'teacher')}", "rl.distill.kind=full",
+               "rl.lr_warmup_steps=3") if mode == "partial_distill" else ()  # fmt: skip
+    changes = (*MOVING, *(ASYNC if mode == "async" else PARTIAL), *distill, "rl.steps=6", "rollout.group_size=4",
                "telemetry.record_rollouts=true")  # fmt: skip
     whole = _train(tmp_path, "whole", *changes)
     run = tmp_path / "cut"
