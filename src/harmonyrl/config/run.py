@@ -168,6 +168,18 @@ class RunConfig(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _openenv_in_process(self) -> RunConfig:
+        """An OpenEnv episode holds a server session from ``reset`` to ``close`` (at most ``env.sessions`` at once);
+        in a Ray env worker, which runs one call at a time, a reset waiting for a session blocks the close that
+        would free one: the run hangs (docs/openenv.md)."""
+        if self.env.name == "openenv" and self.scale.ray:
+            raise ValueError(
+                "env.name=openenv does not support scale.ray (Ray env workers) yet: an episode holds a server "
+                "session across calls, which a worker running one call at a time deadlocks on"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _async_needs_behaviour_weights(self) -> RunConfig:
         rl = self.rl
         if rl.async_.enabled and (rl.correction.weights is None or rl.correction.bypass):

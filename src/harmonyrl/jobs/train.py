@@ -231,7 +231,8 @@ async def sft_only(config: RunConfig, console: Console, resume: bool = False, ov
         if (plan := sft_plan(config)) is not None:
             console.print(plan, highlight=False, soft_wrap=True)
         progress = StepProgress(console, config.telemetry.progress_every_s)
-        await run_sft(model, tok, factory, config, writer, progress, run_dir, saved)
+        if config.sft.steps > 0:  # as in ``train``: sft.steps=0 (compare's shared start) needs no expert
+            await run_sft(model, tok, factory, config, writer, progress, run_dir, saved)
         close_env_pool(factory)
         writer.close()
         return save_checkpoint(run_dir / "checkpoints" / "sft", model, None, 0, {}, CheckpointFiles(config, tok))
