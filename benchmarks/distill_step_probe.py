@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import distill  # benchmarks/distill.py: its sampler
+
 from harmonyrl.algorithms.distill import full_reverse_kl
-from harmonyrl.config import RunConfig, load_config
+from harmonyrl.config import load_config
 from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.learn.batch import Batch, collate, score
 from harmonyrl.models.load import load_checkpoint
 from harmonyrl.rl.targets import Prepared
 from harmonyrl.rl.update import rl_update
-from harmonyrl.rollout.scheduler import group_requests
-from harmonyrl.rollout.team import run_rollouts
-from harmonyrl.run.setup import load_for, make_engine, make_factory, setup_process
-from harmonyrl.types import SamplingParams, Trajectory
+from harmonyrl.run.setup import setup_process
 
 
 def main() -> None:
@@ -43,7 +45,9 @@ def main() -> None:
                              "rl.distill.env_reward=false", f"rl.lr={args.lr}"])  # fmt: skip
     setup_process(cfg.seed, cfg.threads)
     tok = load_codec(cfg.model.tokenizer)
-    batch = collate(asyncio.run(_sample(cfg, args.student)), tok.special.endoftext)
+    # the student's own episodes, sampled as distill.py samples a teacher's (every one kept, faults excepted)
+    episodes = asyncio.run(distill._teacher_samples(cfg, args.student, 1, successes_only=False))
+    batch = collate(episodes, tok.special.endoftext)
     cpu = torch.device("cpu")
     student = load_checkpoint(args.student, dtype=torch.float32, device=cpu).eval()
     teacher = load_checkpoint(args.teacher, dtype=torch.float32, device=cpu).eval()
@@ -55,18 +59,6 @@ def main() -> None:
         kls.append(_kl(student, teacher, batch))
         print(f"after step {step}: {kls[-1]:.4f}")
     print(f"RESULT lr={args.lr:g} kl_before={kls[0]:.4f} kl_after_1={kls[1]:.4f} kl_after={kls[-1]:.4f}")
-
-
-async def _sample(cfg: RunConfig, student: Path) -> list[Trajectory]:
-    tok = load_codec(cfg.model.tokenizer)
-    factory = make_factory(cfg)
-    engine, limits = await make_engine(cfg, load_for(student, tok, cfg.rollout.max_seq_len), None)
-    tasks = factory.tasks("train")[: cfg.rollout.tasks_per_step]
-    params = SamplingParams(temperature=1.0, stop_ids=(tok.special.call, tok.special.return_))
-    result = await run_rollouts(engine, factory, tok, group_requests(tasks, cfg.rollout.group_size, cfg.seed),
-                                params, limits, 64)  # fmt: skip
-    await engine.close()
-    return list(result.trajectories)
 
 
 def _kl(student: torch.nn.Module, teacher: torch.nn.Module, batch: Batch) -> float:
