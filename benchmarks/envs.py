@@ -1,33 +1,33 @@
-"""Does every built-in environment learn? One RL run per env from its preset, test-split success before → after.
+"""Does every built-in environment learn? One RL run per env from its preset: chosen on validation, scored on test.
 
-    python benchmarks/envs.py [--envs maze,sql] [--split test|validation] [--out DIR] [--deadline HH:MM]
-                              [--table-only] [--quick]
+    python benchmarks/envs.py [--envs maze,sql] [--out DIR] [--deadline HH:MM] [--table-only] [--quick]
 
-Each env runs ``harmonyrl train -c src/harmonyrl/presets/<env>.yaml threads=1`` in a subprocess (SFT warm start
-on the env's scripted expert → held-out eval → RL → held-out eval), one after the other, cheapest first.
+Each env runs ``harmonyrl train -c src/harmonyrl/presets/<env>.yaml threads=1 eval.split=validation`` in a
+subprocess (SFT warm start on the env's scripted expert → evaluation → RL → evaluation), one after the other.
 
-**Splits.** ``--split`` (``eval.split`` of every run; default ``test``) picks the held-out split the runs evaluate
-on. Presets (every "chosen setting") are decided on the validation split (``EnvFactory.tasks("validation")``, issue 41
-item 1: ``--split validation`` while choosing) and the test figure is measured once after the choice (``--split
-test``, the documented figure). The table says whether each env has a validation split (an env without one had its
-preset chosen on the same test tasks it is scored on: read such a row as optimistic). The two splits' runs live in
-different ``--out`` folders (default ``runs/envs`` and ``runs/envs-validation``).
+**Splits (issue 41 item 1).** The run's own evaluations are on the **validation** split: that is where a preset is
+chosen, and the table says whether each preset passes there (the same rule as below). Then the warm start
+(``checkpoints/sft``) and the final weights (``checkpoints/final``) are each evaluated **once on the test split**
+(``harmonyrl eval --split test --metrics-out <env>.test-<sft|final>.json``, the run's own eval settings), and those
+are the figures to report. The training never sees either split (no early stopping, no checkpoint picking), so one
+run serves both: its test figure is what a second run choosing nothing would have measured. A standalone
+``harmonyrl eval`` of a checkpoint reproduces the run's in-run evaluation of it on the same split (checked on a
+calculator run, docs/envs.md), so the two splits' figures are measured alike.
 
-**Learned** (:func:`harmonyrl.telemetry.stats.learned`): the test gain in pass@1 (sampled at T=1) exceeds +10
-points **and** 2 standard errors. The SE of each evaluation is clustered by task (``eval/success_se``: a task's
-samples are not independent); the gain's SE combines the two as independent (conservative: the same tasks are
-scored before and after). A run that predates ``eval/success_se`` gets the largest SE its task count allows
-(``sqrt(p (1 − p) / (tasks − 1))``, every task's samples alike), marked ``≤``. Greedy success is reported beside
-pass@1, with its own gain and SE: a sampled gain with greedy falling says RL made the policy more reliable, not more
-capable.
+**Learned** (:func:`harmonyrl.telemetry.stats.learned`): the test gain in pass@1 (sampled at T=1) exceeds +10 points
+**and** 2 standard errors. The SE of each evaluation is clustered by task (``eval/success_se``: a task's samples are
+not independent); the gain's SE combines the two as independent (conservative: the same tasks are scored before and
+after). Greedy success is reported beside pass@1, with its own gain and SE: a sampled gain with greedy falling says RL
+made the policy more reliable, not more capable.
 
-Finished runs in ``--out`` are reused and a stopped one is resumed (``--resume``), so an interrupted benchmark
-continues where it stopped; a run whose preset now sets other values is refused (delete its folder). With
-``--deadline`` (UTC), a run still going then is stopped (kept for resuming) and envs not started are reported as
-"not run (budget)" — never a made-up figure. Writes ``envs.md`` (the table) and ``envs.png`` (before → after per
-env) into ``--out``. Last line: ``RESULT envs=a,b,… learned=N of M rule=gain>10pp&>2SE split=test|validation
-validation=K/M`` (M: the selected envs, run or not; K: how many have a validation split). ``--quick``: the
-calculator alone with a tiny model and budget, in its own folder (a smoke test, a minute or two).
+Finished runs and test evaluations in ``--out`` are reused and a stopped run is resumed (``--resume``), so an
+interrupted benchmark continues where it stopped; a run whose preset now sets other values is refused (delete its
+folder), as is one whose evaluations were not on validation. With ``--deadline`` (UTC), a run still going then is
+stopped (kept for resuming) and envs not started are reported as "not run (budget)" — never a made-up figure. Writes
+``envs.md`` (the table) and ``envs.png`` (test before → after per env) into ``--out``. Last line: ``RESULT
+envs=a,b,… learned=N of M rule=gain>10pp&>2SE split=test chosen_on=validation passed_validation=K of M`` (M: the
+selected envs, run or not). ``--quick``: the calculator alone with a tiny model and budget, in its own folder (a smoke
+test, a minute or two).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,42 +59,57 @@ QUICK = ("model.preset=nano", "sft.steps=8", "rl.steps=2", "rollout.tasks_per_st
 
 
 @dataclass(frozen=True)
-class EnvRow:
-    """One env's line of the table: its budget, and its measured figures if its run finished."""
+class Eval:
+    """One split's evaluation of the warm start and of the final weights: pass@1 and greedy, each with its SE."""
 
-    env: str
-    budget: str
-    status: str
-    """``done``, or why there are no figures (``not run (budget)``, ``stopped at the deadline``, ``failed …``)."""
-    before: float | None = None
-    after: float | None = None
-    greedy_before: float | None = None
-    greedy_after: float | None = None
-    minutes: float | None = None
-    load: str = ""
-    tool_calls: tuple[float, float] | None = None
-    """Held-out tool-call rate (sampled) before and after RL: a policy that learns to answer without its tools shows
-    here first (sql's did)."""
-    se: tuple[float, float, float, float] | None = None
+    before: float
+    after: float
+    greedy_before: float
+    greedy_after: float
+    se: tuple[float, float, float, float]
     """Task-clustered SEs: pass@1 before, after, greedy before, after (``eval[_greedy]/success_se``)."""
     se_bound: bool = False
     """The SEs are the largest the task count allows (a run that predates ``eval/success_se``)."""
-    validation: bool = False
-    """The env has a validation split (presets chosen on it, this figure on test)."""
 
-    def gain(self, greedy: bool = False) -> Estimate | None:
-        """After − before (pass@1, or greedy) with its standard error; None without both figures."""
+    def gain(self, greedy: bool = False) -> Estimate:
+        """After − before (pass@1, or greedy) with its standard error."""
         pair = (self.greedy_before, self.greedy_after) if greedy else (self.before, self.after)
-        if pair[0] is None or pair[1] is None or self.se is None:
-            return None
         se_b, se_a = self.se[2:] if greedy else self.se[:2]
         return difference(Estimate(pair[0], se_b, 0, 0), Estimate(pair[1], se_a, 0, 0))
 
     @property
     def learned(self) -> bool:
-        """The test gain in pass@1 exceeds +10 points and 2 standard errors (:func:`stats.learned`)."""
-        gain = self.gain()
-        return gain is not None and learned(gain)
+        """The gain in pass@1 exceeds +10 points and 2 standard errors (:func:`stats.learned`)."""
+        return learned(self.gain())
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    """One env's line of the table: its budget, and its measured figures on each split if its run finished."""
+
+    env: str
+    budget: str
+    status: str
+    """``done``, or why there are no (test) figures (``not run (budget)``, ``stopped at the deadline``, …)."""
+    validation: Eval | None = None
+    """The run's own evaluations (``eval.split=validation``): where the preset is chosen."""
+    test: Eval | None = None
+    """The warm start and final weights evaluated once on the test split: the figures reported."""
+    minutes: float | None = None
+    load: str = ""
+    tool_calls: tuple[float, float] | None = None
+    """Test tool-call rate (sampled) before and after RL: a policy that learns to answer without its tools shows
+    here first (sql's did)."""
+
+    @property
+    def learned(self) -> bool:
+        """The test gain in pass@1 exceeds +10 points and 2 standard errors."""
+        return self.test is not None and self.test.learned
+
+    @property
+    def passed_validation(self) -> bool:
+        """The preset learns on validation by the same rule: a setting one would choose."""
+        return self.validation is not None and self.validation.learned
 
 
 def budget_of(cfg: RunConfig) -> str:
@@ -114,25 +130,51 @@ def ran_another_preset(env: str, preset: Path, out: Path) -> bool:
 
 
 def read_row(env: str, preset: Path, out: Path, status_if_missing: str, overrides: tuple[str, ...] = ()) -> EnvRow:
-    """The row of ``env`` from its run folder ``out/env`` (``summary.json``); without one, ``status_if_missing``,
+    """The row of ``env`` from its run folder ``out/env`` (``summary.json``, ``metrics.jsonl``: validation) and its
+    test evaluations (``out/<env>.test-sft.json``, ``-final.json``); without a finished run, ``status_if_missing``,
     or where the run stopped if an earlier invocation started it (it was not run *this* time). A run of an older
     preset has no figures here: they would stand beside the new preset's budget."""
     cfg = load_config(preset, list(overrides))
-    budget, valid = budget_of(cfg), has_validation(cfg)
-    run = out / env
+    budget, run = budget_of(cfg), out / env
     if ran_another_preset(env, preset, out):
-        return EnvRow(env, budget, f"ran an older preset (delete {run} to run this one)", validation=valid)
+        return EnvRow(env, budget, f"ran an older preset (delete {run} to run this one)")
     summary = run / "summary.json"
     if not summary.is_file():
         started = status_if_missing == "not run (budget)" and (run / "metrics.jsonl").is_file()
-        return EnvRow(env, budget, where_stopped(run) if started else status_if_missing, validation=valid)
+        return EnvRow(env, budget, where_stopped(run) if started else status_if_missing)
     s = json.loads(summary.read_text())
     side = out / f"{env}.bench.json"
     load = json.loads(side.read_text()).get("load", "") if side.is_file() else ""
     figures = (s["success_before"], s["success_after"], s["greedy_success_before"], s["greedy_success_after"])
     se, bound = standard_errors(run / "metrics.jsonl", figures, cfg.eval.n_tasks)
-    return EnvRow(env, budget, "done", *figures, s["minutes"], load,
-                  tool_call_rates(run / "metrics.jsonl") if has_tools(cfg) else None, se, bound, valid)  # fmt: skip
+    validation = Eval(*figures, se, bound)
+    test = read_test_eval(out, env)
+    status = "done" if test is not None else "trained; not yet evaluated on test"
+    rates = tool_call_rates_on_test(out, env) if test is not None and has_tools(cfg) else None
+    return EnvRow(env, budget, status, validation, test, s["minutes"], load, rates)
+
+
+def test_records(out: Path, env: str) -> tuple[Path, Path]:
+    """Where the test evaluations of the warm start and of the final weights are written."""
+    return out / f"{env}.test-sft.json", out / f"{env}.test-final.json"
+
+
+def read_test_eval(out: Path, env: str) -> Eval | None:
+    """The test split's :class:`Eval` from the two ``harmonyrl eval --metrics-out`` files, or None without both."""
+    files = test_records(out, env)
+    if not all(f.is_file() for f in files):
+        return None
+    before, after = (json.loads(f.read_text())["metrics"] for f in files)
+    keys = ("eval/success", "eval_greedy/success")
+    se_keys = ("eval/success_se", "eval_greedy/success_se")
+    return Eval(before[keys[0]], after[keys[0]], before[keys[1]], after[keys[1]],
+                (before[se_keys[0]], after[se_keys[0]], before[se_keys[1]], after[se_keys[1]]))  # fmt: skip
+
+
+def tool_call_rates_on_test(out: Path, env: str) -> tuple[float, float] | None:
+    """``eval/tool_call_rate`` on test before and after RL, or None if either evaluation lacks it."""
+    rates = [json.loads(f.read_text())["metrics"].get("eval/tool_call_rate") for f in test_records(out, env)]
+    return (rates[0], rates[1]) if rates[0] is not None and rates[1] is not None else None
 
 
 def standard_errors(
@@ -151,31 +193,10 @@ def standard_errors(
     return bound, True  # type: ignore[return-value]
 
 
-def has_validation(cfg: RunConfig) -> bool:
-    """Whether the env has a validation split yet (issue 41 item 1): non-empty and sharing no task with the test
-    split (a factory that predates it may answer any split other than "train" with its test tasks)."""
-    factory = make_factory(cfg.env, cfg.seed)
-    try:
-        validation = {t.id for t in factory.tasks("validation")}  # type: ignore[arg-type]
-    except (ValueError, KeyError, TypeError, NotImplementedError):
-        return False
-    return bool(validation) and not validation & {t.id for t in factory.tasks("test")}
-
-
 def has_tools(cfg: RunConfig) -> bool:
     """Whether the env gives the model any tool (instruct does not: its tool-call rate is no signal)."""
     factory = make_factory(cfg.env, cfg.seed)
     return bool(factory.make(factory.tasks("test")[0]).tools)
-
-
-def tool_call_rates(metrics: Path) -> tuple[float, float] | None:
-    """``eval/tool_call_rate`` of the first and last held-out evaluation in ``metrics`` (before and after RL), or
-    None without two evaluations that report it."""
-    if not metrics.is_file():
-        return None
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    rates = [r["eval/tool_call_rate"] for r in rows if r.get("phase") == "eval" and "eval/tool_call_rate" in r]
-    return (rates[0], rates[-1]) if len(rates) >= 2 else None
 
 
 def where_stopped(run: Path) -> str:
@@ -195,35 +216,58 @@ def _load() -> str:
 
 
 def run_env(env: str, preset: Path, out: Path, timeout_s: float | None, overrides: tuple[str, ...] = ()) -> str:
-    """Run (or resume) ``env``'s training in a subprocess: ``done``, ``stopped at the deadline`` or ``failed …``.
+    """Run (or resume) ``env``'s training in a subprocess, then evaluate its warm start and final weights on test:
+    ``done``, ``stopped at the deadline`` or ``failed …``.
 
     The preset is copied beside the run folder when it starts; a finished or stopped run is reused only if its
     preset still resolves to the same config (a changed value would put another config's figures in the table; a
-    changed comment does not). The copy is refreshed then, so the folder shows the preset's current text."""
+    changed comment does not) and its evaluations were on validation. The copy is refreshed then, so the folder
+    shows the preset's current text."""
     run, copy, log = out / env, out / f"{env}.preset.yaml", out / f"{env}.log"
     text = preset.read_text()
     if ran_another_preset(env, preset, out):
         sys.exit(f"error: {preset} changed since the run in {run}: delete that folder to run it again")
+    if (run / "config.yaml").is_file() and load_config(run / "config.yaml", []).eval.split != "validation":
+        sys.exit(f"error: the run in {run} evaluated on test, not validation: delete that folder to run it again")
     if run.exists() and copy.is_file():
         copy.write_text(text)  # at most a comment changed: the folder shows the preset's current text
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if (run / "summary.json").is_file():
         print(f"{env}: reusing the finished run {run}", flush=True)
-        return "done"
-    if run.exists() and (run / "config.yaml").is_file():
-        cmd = ["harmonyrl", "train", "--resume", str(run)]
     else:
-        copy.write_text(text)
-        cmd = ["harmonyrl", "train", "-c", str(preset), "threads=1", *overrides, f"output_dir={out}",
-               f"run_name={env}"]  # fmt: skip
-    print(f"{env}: {' '.join(cmd)}  (log: {log}, load {_load()})", flush=True)
-    start = _load()
+        if run.exists() and (run / "config.yaml").is_file():
+            cmd = ["harmonyrl", "train", "--resume", str(run)]
+        else:
+            copy.write_text(text)
+            cmd = ["harmonyrl", "train", "-c", str(preset), "threads=1", "eval.split=validation", *overrides,
+                   f"output_dir={out}", f"run_name={env}"]  # fmt: skip
+        start = _load()
+        status = run_logged(cmd, log, deadline)
+        (out / f"{env}.bench.json").write_text(json.dumps({"load": f"{start} → {_load()}"}))
+        if status != "done" or not (run / "summary.json").is_file():
+            return status if status != "done" else f"failed (no summary.json, see {log.name})"
+    for checkpoint, record in zip(("sft", "final"), test_records(out, env), strict=True):
+        if record.is_file():
+            continue
+        cmd = ["harmonyrl", "eval", "--checkpoint", str(run / "checkpoints" / checkpoint), "-c",
+               str(run / "config.yaml"), "--split", "test", "--metrics-out", str(record), "threads=1"]  # fmt: skip
+        status = run_logged(cmd, log, deadline)
+        if status != "done":
+            return status
+    return "done"
+
+
+def run_logged(cmd: list[str], log: Path, deadline: float | None) -> str:
+    """Run ``cmd`` with its output appended to ``log``, stopped at ``deadline`` (``time.monotonic()``): ``done``,
+    ``stopped at the deadline`` or ``failed (exit N, see LOG)``."""
+    print(f"{' '.join(cmd)}  (log: {log}, load {_load()})", flush=True)
+    timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
     with log.open("a") as f:
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False).returncode
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
         except subprocess.TimeoutExpired:
             return "stopped at the deadline"
-    (out / f"{env}.bench.json").write_text(json.dumps({"load": f"{start} → {_load()}"}))
-    return "done" if rc == 0 and (run / "summary.json").is_file() else f"failed (exit {rc}, see {log.name})"
+    return "done" if rc == 0 else f"failed (exit {rc}, see {log.name})"
 
 
 def fmt(x: float | None) -> str:
@@ -236,30 +280,34 @@ def fmt_gain(gain: Estimate | None, bound: bool) -> str:
 
 
 def table(rows: list[EnvRow]) -> list[str]:
-    """The markdown table: one row per env; an env without figures says why in the result column."""
-    lines = ["| env | test pass@1 before → after | gain ± SE (pp) | greedy before → after | greedy gain ± SE (pp) | "
-             "learned (> +10 pp and > 2 SE) | validation split | minutes | load avg 1/5/15 min, start → end | "
-             "tool calls before → after | budget |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    """The markdown table: one row per env; an env without test figures says why in the test column."""
+    lines = ["| env | validation pass@1 before → after | validation gain ± SE (pp) | preset passes validation | "
+             "test pass@1 before → after | test gain ± SE (pp) | test greedy before → after | greedy gain ± SE (pp) | "
+             "learned on test (> +10 pp and > 2 SE) | minutes (training) | load avg 1/5/15 min, start → end | "
+             "test tool calls before → after | budget |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        valid = "yes" if r.validation else "not yet"
-        if r.before is None or r.after is None:
-            lines.append(f"| {r.env} | {r.status} | — | — | — | no | {valid} | — | — | — | {r.budget} |")
-            continue
-        greedy = f"{fmt(r.greedy_before)} → {fmt(r.greedy_after)}"
-        tools = "—" if r.tool_calls is None else f"{fmt(r.tool_calls[0])} → {fmt(r.tool_calls[1])}"
-        learned_cell = "**yes**" if r.learned else "no"
-        lines.append(f"| {r.env} | {fmt(r.before)} → {fmt(r.after)} | {fmt_gain(r.gain(), r.se_bound)} | {greedy} | "
-                     f"{fmt_gain(r.gain(greedy=True), r.se_bound)} | {learned_cell} | {valid} | {r.minutes:.1f} | "
-                     f"{r.load} | {tools} | {r.budget} |")  # fmt: skip
+        v = r.validation
+        val = ["—", "—", "—"] if v is None else [f"{fmt(v.before)} → {fmt(v.after)}", fmt_gain(v.gain(), v.se_bound),
+                                                 "yes" if r.passed_validation else "**no**"]  # fmt: skip
+        t, minutes = r.test, "—" if r.minutes is None else f"{r.minutes:.1f}"
+        if t is None:
+            cells = [*val, r.status, "—", "—", "—", "no", minutes, r.load or "—", "—", r.budget]
+        else:
+            tools = "—" if r.tool_calls is None else f"{fmt(r.tool_calls[0])} → {fmt(r.tool_calls[1])}"
+            cells = [*val, f"{fmt(t.before)} → {fmt(t.after)}", fmt_gain(t.gain(), False),
+                     f"{fmt(t.greedy_before)} → {fmt(t.greedy_after)}", fmt_gain(t.gain(greedy=True), False),
+                     "**yes**" if r.learned else "no", minutes, r.load, tools, r.budget]  # fmt: skip
+        lines.append(f"| {r.env} | {' | '.join(cells)} |")
     return lines
 
 
-def result_line(rows: list[EnvRow], split: str = "test") -> str:
-    """``RESULT envs=a,b,… learned=N of M rule=… split=… validation=K/M``: M counts every selected env, run or
-    not; K those with a validation split."""
+def result_line(rows: list[EnvRow]) -> str:
+    """``RESULT envs=a,b,… learned=N of M rule=… split=test chosen_on=validation passed_validation=K of M``: M
+    counts every selected env, run or not."""
     return (f"RESULT envs={','.join(r.env for r in rows)} learned={sum(r.learned for r in rows)} of {len(rows)} "
-            f"rule=gain>10pp&>2SE split={split} validation={sum(r.validation for r in rows)}/{len(rows)}")  # fmt: skip
+            f"rule=gain>10pp&>2SE split=test chosen_on=validation "
+            f"passed_validation={sum(r.passed_validation for r in rows)} of {len(rows)}")  # fmt: skip
 
 
 def plot(rows: list[EnvRow], path: Path) -> None:
@@ -271,13 +319,15 @@ def plot(rows: list[EnvRow], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(1.3 * len(rows) + 2, 3.6))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r.before or 0.0 for r in rows], 0.4, label="warm start (SFT)", color="#999")
-    ax.bar([x + 0.2 for x in xs], [r.after or 0.0 for r in rows], 0.4, label="after RL", color="#1f77b4")
+    ax.bar([x - 0.2 for x in xs], [r.test.before if r.test else 0.0 for r in rows], 0.4, label="warm start (SFT)",
+           color="#999")  # fmt: skip
+    ax.bar([x + 0.2 for x in xs], [r.test.after if r.test else 0.0 for r in rows], 0.4, label="after RL",
+           color="#1f77b4")  # fmt: skip
     for x, r in zip(xs, rows, strict=True):
-        if r.before is None:
+        if r.test is None:
             ax.text(x, 0.01, "no figure", ha="center", fontsize=8, rotation=90)
     ax.set_xticks(list(xs), [r.env for r in rows])
-    ax.set_ylabel("held-out pass@1")
+    ax.set_ylabel("test pass@1")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -321,13 +371,10 @@ def main() -> None:
     parser.add_argument("--deadline", default=None, help="HH:MM UTC: stop the run going then, start no other")
     parser.add_argument("--table-only", action="store_true", help="only tabulate the finished runs in --out")
     parser.add_argument("--quick", action="store_true", help="calculator only, tiny model and budget: a smoke test")
-    parser.add_argument("--split", choices=("test", "validation"), default="test", help="held-out split: eval.split")
     args = parser.parse_args()
-    overrides: tuple[str, ...] = (f"eval.split={args.split}",)
-    if args.split == "validation" and args.out == Path("runs/envs"):
-        args.out = Path("runs/envs-validation")  # a test-split run must not be reused for validation
+    overrides: tuple[str, ...] = ()
     if args.quick:
-        args.envs, overrides = "calculator", (*QUICK, *overrides)
+        args.envs, overrides = "calculator", QUICK
         args.out = args.out if args.out != Path("runs/envs") else Path(tempfile.mkdtemp(prefix="harmonyrl-envs-"))
     envs = parse_envs(args.envs)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -344,7 +391,7 @@ def main() -> None:
     plot(rows, args.out / "envs.png")
     print("\n".join(lines))
     print(f"table: {args.out / 'envs.md'}  plot: {args.out / 'envs.png'}  load average now {_load()}")
-    print(result_line(rows, args.split))
+    print(result_line(rows))
 
 
 if __name__ == "__main__":

@@ -24,9 +24,18 @@ bench = load_benchmark("envs")
 
 
 def fake_run(
-    out: Path, env: str, before: float, after: float, minutes: float = 2.5, se: tuple[float, ...] | None = None
+    out: Path,
+    env: str,
+    before: float,
+    after: float,
+    minutes: float = 2.5,
+    se: tuple[float, ...] | None = None,
+    test: tuple[float, float, float, float] | None = None,
+    tools: tuple[float, float] | None = None,
 ) -> None:
-    """A finished run folder; with ``se`` (pass@1 before, after, greedy before, after) its two evaluations."""
+    """A finished run folder: validation figures ``before → after`` (greedy 50 → 75 %), with ``se`` (pass@1 before,
+    after, greedy before, after) its two evaluations; with ``test`` (pass@1 before, after, their SEs; greedy 40 →
+    60 % ± 5) the two test evaluations, and ``tools`` their tool-call rates."""
     (out / env).mkdir(parents=True)
     summary = {"success_before": before, "success_after": after, "greedy_success_before": 0.5,
                "greedy_success_after": 0.75, "minutes": minutes}  # fmt: skip
@@ -35,6 +44,13 @@ def fake_run(
         evals = [{"phase": "eval", "step": step, "eval/success_se": se[i], "eval_greedy/success_se": se[i + 2]}
                  for i, step in enumerate((0, 10))]  # fmt: skip
         (out / env / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    if test is not None:
+        for i, (record, greedy) in enumerate(zip(bench.test_records(out, env), (0.4, 0.6), strict=True)):
+            metrics = {"eval/success": test[i], "eval/success_se": test[2 + i], "eval_greedy/success": greedy,
+                       "eval_greedy/success_se": 0.05}  # fmt: skip
+            if tools is not None:
+                metrics["eval/tool_call_rate"] = tools[i]
+            record.write_text(json.dumps({"checkpoint": "x", "split": "test", "metrics": metrics}))
 
 
 def test_every_built_in_env_has_a_preset_for_itself() -> None:
@@ -57,62 +73,56 @@ def test_every_preset_lets_its_expert_finish_a_turn(env: str) -> None:
     assert longest <= cfg.rollout.max_new_tokens, f"{env}: an expert message of {longest} tokens"
 
 
-def test_learned_means_more_than_ten_points_and_two_standard_errors(tmp_path: Path) -> None:
-    fake_run(tmp_path, "calculator", 0.20, 0.35, se=(0.02, 0.02, 0.03, 0.03))  # +15 pp, SE 2.8: learned
-    fake_run(tmp_path, "retool", 0.20, 0.35, se=(0.06, 0.06, 0.03, 0.03))  # +15 pp but SE 8.5: 2 SE is 17
-    fake_run(tmp_path, "sql", 0.20, 0.30, se=(0.001, 0.001, 0.03, 0.03))  # exactly +10: not more than 10
-    fake_run(tmp_path, "instruct", 0.20, 0.50)  # no SE recorded: the largest the task count allows
-    envs = ("calculator", "retool", "sql", "instruct", "maze")
+def test_learned_means_more_than_ten_points_and_two_standard_errors_on_test(tmp_path: Path) -> None:
+    fake_run(tmp_path, "calculator", 0.2, 0.35, se=(0.02,) * 4, test=(0.20, 0.35, 0.02, 0.02))  # +15 pp, SE 2.8
+    fake_run(tmp_path, "retool", 0.2, 0.35, se=(0.02,) * 4, test=(0.20, 0.35, 0.06, 0.06))  # +15 but 2 SE is 17
+    fake_run(tmp_path, "sql", 0.2, 0.35, se=(0.02,) * 4, test=(0.20, 0.30, 0.001, 0.001))  # exactly +10: not more
+    fake_run(tmp_path, "instruct", 0.2, 0.5)  # trained, not yet evaluated on test: no test figures
+    fake_run(tmp_path, "browse", 0.2, 0.25, se=(0.02,) * 4, test=(0.1, 0.4, 0.02, 0.02))  # learned; fails validation
+    envs = ("calculator", "retool", "sql", "instruct", "maze", "browse")
     rows = [bench.read_row(e, bench.PRESETS / f"{e}.yaml", tmp_path, "not run (budget)") for e in envs]
-    assert [r.learned for r in rows] == [True, False, False, True, False]
-    gain = rows[0].gain()
+    assert [r.learned for r in rows] == [True, False, False, False, False, True]
+    assert [r.passed_validation for r in rows] == [True, True, True, True, False, False]
+    gain = rows[0].test.gain() if rows[0].test else None
     assert gain is not None and gain.mean == pytest.approx(0.15) and gain.se == pytest.approx(0.02 * 2**0.5)
     n = load_config(bench.PRESETS / "instruct.yaml", []).eval.n_tasks
-    assert rows[3].se_bound and rows[3].se is not None
-    assert rows[3].se[:2] == pytest.approx(((0.16 / (n - 1)) ** 0.5, (0.25 / (n - 1)) ** 0.5))  # p = 0.2, then 0.5
-    assert rows[4].status == "not run (budget)" and rows[4].before is None
-    valid = sum(bench.has_validation(load_config(bench.PRESETS / f"{e}.yaml", [])) for e in envs)
+    val = rows[3].validation  # no SE recorded: the largest the task count allows
+    assert val is not None and val.se_bound and rows[3].test is None
+    assert val.se[:2] == pytest.approx(((0.16 / (n - 1)) ** 0.5, (0.25 / (n - 1)) ** 0.5))  # p = 0.2, then 0.5
+    assert rows[3].status == "trained; not yet evaluated on test"
+    assert rows[4].status == "not run (budget)" and rows[4].validation is None
     assert bench.result_line(rows) == (
-        f"RESULT envs=calculator,retool,sql,instruct,maze learned=2 of 5 rule=gain>10pp&>2SE split=test "
-        f"validation={valid}/5"
+        "RESULT envs=calculator,retool,sql,instruct,maze,browse learned=2 of 6 rule=gain>10pp&>2SE split=test "
+        "chosen_on=validation passed_validation=4 of 6"
     )
 
 
 def test_table_has_one_row_per_env_with_figures_or_the_reason(tmp_path: Path) -> None:
-    fake_run(tmp_path, "calculator", 0.25, 0.5, minutes=3.04, se=(0.03, 0.04, 0.05, 0.05))
+    fake_run(tmp_path, "calculator", 0.25, 0.5, 3.04, (0.03, 0.04, 0.05, 0.05), (0.3, 0.6, 0.04, 0.05), (0.5, 0.9))
     (tmp_path / "calculator.bench.json").write_text(json.dumps({"load": "2.0 → 3.0"}))
     rows = [bench.read_row("calculator", bench.PRESETS / "calculator.yaml", tmp_path, "x"),
             bench.read_row("maze", bench.PRESETS / "maze.yaml", tmp_path, "not run (budget)")]  # fmt: skip
     lines = bench.table(rows)
     assert len(lines) == 2 + 2
     calc = lines[2].split(" | ")
-    split = {e: "yes" if bench.has_validation(load_config(bench.PRESETS / f"{e}.yaml", [])) else "not yet"
-             for e in ("calculator", "maze")}  # fmt: skip
-    assert calc[:10] == ["| calculator", "25.0% → 50.0%", "+25.0 ± 5.0", "50.0% → 75.0%", "+25.0 ± 7.1", "**yes**",
-                         split["calculator"], "3.0", "2.0 → 3.0", "—"]  # fmt: skip
+    assert calc[:12] == ["| calculator", "25.0% → 50.0%", "+25.0 ± 5.0", "yes", "30.0% → 60.0%", "+30.0 ± 6.4",
+                         "40.0% → 60.0%", "+20.0 ± 7.1", "**yes**", "3.0", "2.0 → 3.0", "50.0% → 90.0%"]  # fmt: skip
     maze_budget = bench.budget_of(load_config(bench.PRESETS / "maze.yaml", []))
     assert maze_budget.startswith("micro; SFT ") and "; RL " in maze_budget
-    assert lines[3] == f"| maze | not run (budget) | — | — | — | no | {split['maze']} | — | — | — | {maze_budget} |"
+    assert lines[3] == f"| maze | — | — | — | not run (budget) | — | — | — | no | — | — | — | {maze_budget} |"
 
 
-def test_tool_call_rates_are_the_first_and_last_evaluation(tmp_path: Path) -> None:
-    fake_run(tmp_path, "sql", 0.1, 0.2)
-    rates = ((0, 0.49), (10, 0.3), (20, 0.04))  # before RL, an eval.every evaluation, after RL
-    evals = [{"phase": "eval", "step": s, "eval/tool_call_rate": rate} for s, rate in rates]
-    rows = [{"phase": "sft", "step": 0, "sft/loss": 1.0}, evals[0], {"phase": "rl", "step": 1}, *evals[1:]]
-    (tmp_path / "sql" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    row = bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x")
-    assert row.tool_calls == (0.49, 0.04)
-    assert bench.table([row])[2].split(" | ")[9] == "49.0% → 4.0%"
-    (tmp_path / "sql" / "metrics.jsonl").write_text(json.dumps(evals[0]) + "\n")  # one evaluation: no pair
-    assert bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x").tool_calls is None
-    fake_run(tmp_path, "instruct", 0.1, 0.2)  # an env without tools: its 0 % -> 0 % would read as a lost habit
-    (tmp_path / "instruct" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+def test_tool_call_rates_are_the_test_evaluations_and_only_for_envs_with_tools(tmp_path: Path) -> None:
+    fake_run(tmp_path, "sql", 0.1, 0.2, test=(0.1, 0.2, 0.01, 0.01), tools=(0.49, 0.04))
+    assert bench.read_row("sql", bench.PRESETS / "sql.yaml", tmp_path, "x").tool_calls == (0.49, 0.04)
+    fake_run(tmp_path, "retool", 0.1, 0.2, test=(0.1, 0.2, 0.01, 0.01))  # evaluations without the rate: no pair
+    assert bench.read_row("retool", bench.PRESETS / "retool.yaml", tmp_path, "x").tool_calls is None
+    fake_run(tmp_path, "instruct", 0.1, 0.2, test=(0.1, 0.2, 0.01, 0.01), tools=(0.0, 0.0))  # no tools: no signal
     assert bench.read_row("instruct", bench.PRESETS / "instruct.yaml", tmp_path, "x").tool_calls is None
 
 
 def test_plot_is_written_with_a_missing_env(tmp_path: Path) -> None:
-    fake_run(tmp_path, "sql", 0.1, 0.4)
+    fake_run(tmp_path, "sql", 0.1, 0.4, test=(0.1, 0.4, 0.01, 0.01))
     rows = [bench.read_row(e, bench.PRESETS / f"{e}.yaml", tmp_path, "not run (budget)") for e in ("sql", "browse")]
     bench.plot(rows, tmp_path / "envs.png")
     assert (tmp_path / "envs.png").stat().st_size > 1000
@@ -132,7 +142,7 @@ def test_a_finished_run_is_reused_and_a_changed_preset_refused(tmp_path: Path, m
     preset = tmp_path / "sql.yaml"
     preset.write_text((bench.PRESETS / "sql.yaml").read_text())
     out = tmp_path / "out"
-    fake_run(out, "sql", 0.1, 0.4)
+    fake_run(out, "sql", 0.1, 0.4, test=(0.1, 0.4, 0.01, 0.01))
     (out / "sql.preset.yaml").write_text(preset.read_text())
     monkeypatch.setattr(subprocess, "run", _no_subprocess)
     assert bench.run_env("sql", preset, out, None) == "done"
@@ -148,19 +158,20 @@ def test_a_run_of_an_older_preset_shows_no_figures_beside_the_new_budget(tmp_pat
     preset = tmp_path / "sql.yaml"
     preset.write_text((bench.PRESETS / "sql.yaml").read_text())
     out = tmp_path / "out"
-    fake_run(out, "sql", 0.1, 0.4)
+    fake_run(out, "sql", 0.1, 0.4, test=(0.1, 0.45, 0.01, 0.01))
     (out / "sql.preset.yaml").write_text(preset.read_text())
-    assert bench.read_row("sql", preset, out, "not run (budget)").after == 0.4
+    test = bench.read_row("sql", preset, out, "not run (budget)").test
+    assert test is not None and test.after == 0.45
     preset.write_text(preset.read_text().replace("steps: 60", "steps: 70"))
     row = bench.read_row("sql", preset, out, "not run (budget)")
-    assert row.before is None and row.after is None and row.status.startswith("ran an older preset")
+    assert row.test is None and row.validation is None and row.status.startswith("ran an older preset")
     assert "RL 70×" in row.budget and not row.learned
 
 
 def test_a_stopped_run_is_resumed_with_its_own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     (out / "maze").mkdir(parents=True)
-    (out / "maze" / "config.yaml").write_text("seed: 0\n")
+    (out / "maze" / "config.yaml").write_text("seed: 0\neval:\n  split: validation\n")
     calls: list[list[str]] = []
 
     def fake(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -170,6 +181,37 @@ def test_a_stopped_run_is_resumed_with_its_own_config(tmp_path: Path, monkeypatc
     monkeypatch.setattr(subprocess, "run", fake)
     assert bench.run_env("maze", bench.PRESETS / "maze.yaml", out, None) == "failed (exit 1, see maze.log)"
     assert calls == [["harmonyrl", "train", "--resume", str(out / "maze")]]
+
+
+def test_a_finished_run_has_its_warm_start_and_final_weights_evaluated_once_on_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    fake_run(out, "sql", 0.1, 0.4)
+    (out / "sql" / "config.yaml").write_text("seed: 0\neval:\n  split: validation\n")
+    calls: list[list[str]] = []
+
+    def fake(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        record = Path(cmd[cmd.index("--metrics-out") + 1])
+        record.write_text(json.dumps({"metrics": {"eval/success": 0.5}}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake)
+    assert bench.run_env("sql", bench.PRESETS / "sql.yaml", out, None) == "done"
+    run = out / "sql"
+    assert [c[:4] for c in calls] == [["harmonyrl", "eval", "--checkpoint", str(run / "checkpoints" / name)]
+                                      for name in ("sft", "final")]  # fmt: skip
+    assert all(c[c.index("--split") + 1] == "test" and c[c.index("-c") + 1] == str(run / "config.yaml") for c in calls)
+    monkeypatch.setattr(subprocess, "run", _no_subprocess)  # evaluated once: never again
+    assert bench.run_env("sql", bench.PRESETS / "sql.yaml", out, None) == "done"
+
+
+def test_a_run_that_evaluated_on_test_is_refused(tmp_path: Path) -> None:
+    fake_run(tmp_path, "sql", 0.1, 0.4)
+    (tmp_path / "sql" / "config.yaml").write_text("seed: 0\neval:\n  split: test\n")  # the protocol before validation
+    with pytest.raises(SystemExit, match="evaluated on test, not validation"):
+        bench.run_env("sql", bench.PRESETS / "sql.yaml", tmp_path, None)
 
 
 def test_a_deadline_past_midnight_is_tonights() -> None:

@@ -65,10 +65,18 @@ def test_train_two_steps_writes_run_folder(tmp_path: Path) -> None:
             "eval.n_tasks=2",
             "env.n_train=64",
             "env.n_test=8",
+            "--metrics-out",
+            str(tmp_path / "eval.json"),
         ],
     )
     assert ev.exit_code == 0, ev.output
     assert "eval/success" in ev.output and "eval_greedy/success" in ev.output
+    record = json.loads((tmp_path / "eval.json").read_text())  # --metrics-out: the printed metrics, for scripts
+    assert record["split"] == "test" and record["checkpoint"] == str(run / "checkpoints" / "final")
+    assert {"eval/success", "eval/success_se", "eval_greedy/success"} <= record["metrics"].keys()
+    lost = runner.invoke(app, ["eval", "--checkpoint", str(run / "checkpoints" / "final"), "--metrics-out",
+                               str(tmp_path / "no" / "eval.json")])  # fmt: skip
+    assert lost.exit_code == 2 and "--metrics-out" in lost.output and "folder does not exist" in lost.output
     # a second run into the same folder is refused, the first is untouched
     again = runner.invoke(app, ["train", *TINY, f"output_dir={tmp_path}", "run_name=smoke"])
     assert again.exit_code == 2 and "already exists" in again.output

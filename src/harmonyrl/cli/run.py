@@ -189,9 +189,13 @@ def evaluate(
         Literal["validation", "test"] | None,
         typer.Option(help="validation: where settings are chosen; test: the figure to report (default: eval.split)."),
     ] = None,
+    metrics_out: Annotated[
+        Path | None,
+        typer.Option("--metrics-out", help="Also write the metrics, split and checkpoint as JSON to this file."),
+    ] = None,
 ) -> None:
     """Evaluate a checkpoint on the held-out split of the env it was trained on (recorded in the checkpoint);
-    prints a table and the metrics as JSON."""
+    prints a table and the metrics as JSON (``--metrics-out``: into a file too, for scripts)."""
     from harmonyrl.config import merge_trees
     from harmonyrl.run.eval_env import explicit_env, resolve_eval_env
 
@@ -209,6 +213,8 @@ def evaluate(
     except USER_ERRORS as e:
         raise fail(str(e)) from None
     cfg = chosen.config
+    if metrics_out is not None and not metrics_out.parent.is_dir():
+        raise fail(f"--metrics-out {metrics_out}: its folder does not exist")
     from harmonyrl.jobs.train import eval_only
 
     try:
@@ -232,6 +238,9 @@ def evaluate(
             shown = ", ".join(f"{kind}={n:g}" for kind, n in failures.items())
             console.print(f"environment failures ({side}, left out of the scores): {shown}", highlight=False)
     console.print_json(json.dumps(metrics))
+    if metrics_out is not None:
+        record = {"checkpoint": str(checkpoint), "split": cfg.eval.split, "metrics": metrics}
+        metrics_out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def register(app: typer.Typer) -> None:
