@@ -4,7 +4,8 @@ soft-Q learner, from one shared SFT warm start, with the same seeds and sample b
     python benchmarks/compare.py [--seeds 1] [--steps 30] [--out DIR] [key=value ...]
 
 Runs ``harmonyrl compare`` (see ``harmonyrl.jobs.compare``) and prints its table. Last line:
-``RESULT best=<algo> <algo>_final=<held-out pass@1> ...``.
+``RESULT best=<algo> <algo>_final=<held-out pass@1> <algo>_se=<its SE> ... seeds=N``: the SE is between the seeds
+with ``--seeds`` ≥ 2 (the documented run uses 3), else the evaluation's task-clustered SE.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def main() -> None:
     cfg = load_config(None, [*defaults, *args.overrides])
     results = asyncio.run(compare(cfg, parse_algos(args.algos), args.seeds, args.target, out, Console()))
     best = max(results, key=lambda r: r.final_success)
-    finals = " ".join(f"{r.algo}_final={r.final_success:.3f}" for r in results)
+    finals = " ".join(f"{r.algo}_final={r.final_success:.3f} {r.algo}_se={r.final_se:.3f}" for r in results)
     print(f"table: {out / 'compare.md'}  plot: {out / 'compare.png'}")
-    print(f"RESULT best={best.algo} {finals}")
+    print(f"RESULT best={best.algo} {finals} seeds={args.seeds}")
 
 
 if __name__ == "__main__":

@@ -173,9 +173,27 @@ def test_compare_two_algorithms_writes_table_plot_and_json(tmp_path: Path) -> No
     for r in data["results"]:
         assert r["steps_to_target"] == 0  # target 0 is reached at the first (step 0) evaluation
         assert [s for s, _ in r["curve"]] == [0, 1, 2]
+        rows = [json.loads(line) for line in (out / f"{r['algo']}-seed0" / "metrics.jsonl").read_text().splitlines()]
+        last = [row for row in rows if "eval/success_se" in row][-1]  # one seed: the evaluation's own SE
+        assert (r["final_se"], r["final_greedy_se"]) == (last["eval/success_se"], last["eval_greedy/success_se"])
+    assert "1 seed(s) (0–0); held-out test split" in table and "± is the evaluation's task-clustered SE" in table
     assert (out / "compare.png").stat().st_size > 5_000
     # both algorithms started from the same warm start
     assert len(list(out.glob("sft-seed0/checkpoints/sft"))) == 1
+
+
+def test_compare_pools_seeds_with_the_standard_error_between_them() -> None:
+    from harmonyrl.jobs.compare import _summarise
+
+    def run(final: float, greedy: float) -> list[dict[str, object]]:
+        evals = [(0, 0.1, 0.5), (4, final, greedy)]
+        return [{"phase": "eval", "step": s, "eval/success": p, "eval/success_se": 0.05, "eval_greedy/success": g,
+                 "eval_greedy/success_se": 0.07} for s, p, g in evals]  # fmt: skip
+
+    r = _summarise("grpo", [run(0.2, 0.6), run(0.4, 0.8)], [1.0, 1.0], 0.5)
+    assert r.final_success == pytest.approx(0.3) and r.final_greedy == pytest.approx(0.7)
+    assert r.final_se == pytest.approx(0.1) and r.final_greedy_se == pytest.approx(0.1)  # sd 0.1414 / sqrt(2)
+    assert _summarise("grpo", [run(0.2, 0.6)], [1.0], 0.5).final_se == 0.05  # one seed: the evaluation's SE
 
 
 def test_compare_rejects_unknown_algorithm_in_one_line(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_arms_apart_by_more_than_the_noise_are_ranked_without_a_note() -> None:
     from harmonyrl.jobs.compare import AlgoResult, ranking_note
 
     def arm(name: str, final: float) -> AlgoResult:
-        return AlgoResult(name, 1, None, None, final, final, final, 1.0, 0.0, 1.0, [])
+        return AlgoResult(name, 1, None, None, final, final, final, 1.0, 0.0, 1.0, [], 0.01, 0.01)
 
     config = load_config(None, ["eval.n_tasks=100", "eval.samples_per_task=4"])  # 400 samples per arm: ±~7 %
     assert ranking_note([arm("grpo", 0.30), arm("ppo", 0.55)], config, seeds=1) is None

@@ -27,6 +27,7 @@ from harmonyrl import preset_files
 from harmonyrl.algorithms.choices import NamedAlgorithm
 from harmonyrl.config import ConfigError, RLConfig, RunConfig
 from harmonyrl.jobs.train import sft_only, train
+from harmonyrl.telemetry.stats import mean_se
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class AlgoResult:
     minutes: float
     curve: list[tuple[int, float]]
     """(RL step, held-out pass@1) averaged over seeds."""
+    final_se: float
+    """SE of ``final_success``: over the seeds with two or more, else the last evaluation's task-clustered SE."""
+    final_greedy_se: float
 
 
 def algorithm_names() -> list[str]:
@@ -106,6 +110,7 @@ def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float]
     reached = all(h is not None for h in to_target)
     final = [c[-1][1] for c in curves]
     greedy = [next(r["eval_greedy/success"] for r in reversed(rows) if "eval_greedy/success" in r) for rows in runs]
+    final_se, greedy_se = (_final_se(runs, final, key) for key in ("eval/success", "eval_greedy/success"))
     return AlgoResult(
         algo=algo,
         seeds=len(runs),
@@ -114,11 +119,21 @@ def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float]
         success_at_half=sum(half) / len(half),
         final_success=sum(final) / len(final),
         final_greedy=sum(greedy) / len(greedy),
+        final_se=final_se,
+        final_greedy_se=greedy_se,
         worst_grad_norm=grad,
         max_kl=kl,
         minutes=sum(minutes) / len(minutes),
         curve=curve,
     )
+
+
+def _final_se(runs: list[list[dict[str, Any]]], finals: list[float], key: str) -> float:
+    """The SE of the seeds' mean final ``key``: between seeds (:func:`mean_se`) with two or more; with one, its last
+    evaluation's own task-clustered ``key_se`` (``nan`` if it has none)."""
+    if len(runs) > 1:
+        return mean_se([next(r[key] for r in reversed(rows) if key in r) for rows in runs]).se
+    return next((r[f"{key}_se"] for r in reversed(runs[0]) if f"{key}_se" in r), math.nan) if finals else math.nan
 
 
 def _heading(console: Console, title: str) -> None:
@@ -208,8 +223,8 @@ def _cells(r: AlgoResult) -> list[str]:
         f"{r.steps_to_target:.0f}" if r.steps_to_target is not None else never,
         f"{r.minutes_to_target:.1f}" if r.minutes_to_target is not None else never,
         f"{r.success_at_half:.1%}",
-        f"{r.final_success:.1%}",
-        f"{r.final_greedy:.1%}",
+        f"{r.final_success:.1%} ± {100 * r.final_se:.1f}",
+        f"{r.final_greedy:.1%} ± {100 * r.final_greedy_se:.1f}",
         f"{r.worst_grad_norm:.2f}",
         f"{r.max_kl:.3f}",
         f"{r.minutes:.1f}",
@@ -225,8 +240,11 @@ def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, o
     budget = config.rl.steps * config.rollout.episodes_per_step
     note = ranking_note(results, config, seeds)
     tail = f"\n{note}\n" if note is not None else ""
+    spread = "the SE over the seeds" if seeds > 1 else "the evaluation's task-clustered SE (one seed)"
     (out / "compare.md").write_text(
-        f"Target pass@1 {target:.0%}; budget {budget} episodes per run.\n\n{header}{rows}{tail}"
+        f"Target pass@1 {target:.0%}; budget {budget} episodes per run; {seeds} seed(s) (0–{seeds - 1}); held-out "
+        f"{config.eval.split} split, {config.eval.n_tasks} tasks × {config.eval.samples_per_task} samples; ± is "
+        f"{spread}, in points.\n\n{header}{rows}{tail}"
     )
     import matplotlib
 
