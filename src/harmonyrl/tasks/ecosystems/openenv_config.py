@@ -5,14 +5,14 @@ built, before any compute."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from harmonyrl.envs.loader import TargetError, UserCodeError, resolve_target
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.ecosystems.packages import same_version, version_of
+from harmonyrl.tasks.ecosystems.packages import module_version, same_env_version, same_version, version_of
 
 if TYPE_CHECKING:
     from harmonyrl.tasks.custom import Expert
@@ -72,6 +72,11 @@ class OpenEnvEnvConfig(Frozen):
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
     package_version: str = Field(default_factory=lambda: version_of(DISTRIBUTION))
     """The openenv-core version the run was made with (recorded; another installed version is an error)."""
+    env_version: str = ""
+    """The environment's own code (:func:`~harmonyrl.tasks.ecosystems.packages.module_version` of the client's
+    module, and the app's where it is another package): its distribution's version, or a hash of its source when it
+    is imported from a folder; recorded with the run, other code at a resume or an eval is an error. Empty: filled
+    in from what is importable now."""
 
     def build_factory(self, seed: int) -> OpenEnvFactory:
         """Seeds of the environment (it draws its own state from each reset's seed; the run's ``seed`` is not
@@ -133,3 +138,23 @@ class OpenEnvEnvConfig(Frozen):
     @classmethod
     def _same_version(cls, recorded: str) -> str:
         return same_version(recorded, "openenv.core", DISTRIBUTION, "openenv")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _record_env_version(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("env_version") and isinstance(data.get("client"), str):
+            return {**data, "env_version": env_code_version(data["client"], data.get("app"))}  # recorded
+        return data
+
+    @model_validator(mode="after")
+    def _same_env_version(self) -> OpenEnvEnvConfig:
+        installed = env_code_version(self.client, self.app)
+        same_env_version(self.env_version, installed, f"env.client={self.client}")
+        return self
+
+
+def env_code_version(client: str, app: str | None) -> str:
+    """:func:`module_version` of the client's module, and of the app's where its top-level package differs."""
+    modules = [client.partition(":")[0], *([app.partition(":")[0]] if isinstance(app, str) else [])]
+    tops = dict.fromkeys(m if m.endswith(".py") or "/" in m else m.split(".", 1)[0] for m in modules)
+    return "; ".join(f"{top}: {module_version(top)}" if len(tops) > 1 else module_version(top) for top in tops)

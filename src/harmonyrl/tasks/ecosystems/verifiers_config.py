@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.frozen import Frozen
-from harmonyrl.tasks.ecosystems.packages import same_version, version_of
+from harmonyrl.tasks.ecosystems.packages import module_version, same_env_version, same_version, version_of
 
 if TYPE_CHECKING:
     from harmonyrl.tasks.custom import Expert
@@ -42,6 +42,10 @@ class VerifiersEnvConfig(Frozen):
     """Add the ``remember`` / ``recall`` notes tools (:mod:`harmonyrl.envs.memory`) to every episode."""
     package_version: str = Field(default_factory=lambda: version_of(DISTRIBUTION))
     """The verifiers version the run was made with (recorded; another installed version is an error)."""
+    env_version: str = ""
+    """The taskset module's own version (:func:`~harmonyrl.tasks.ecosystems.packages.module_version`: its
+    distribution's, or a hash of its source when it is imported from a folder), recorded with the run; other code
+    at a resume or an eval is an error. Empty: filled in from what is importable now."""
 
     def build_factory(self, seed: int) -> VerifiersFactory:
         """The taskset's tasks (a verifiers taskset draws its own: ``seed`` is its ``env.kwargs.seed`` where it has
@@ -63,3 +67,15 @@ class VerifiersEnvConfig(Frozen):
     @classmethod
     def _same_version(cls, recorded: str) -> str:
         return same_version(recorded, "verifiers.v1", DISTRIBUTION, "verifiers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _record_env_version(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("env_version") and isinstance(data.get("id"), str):
+            return {**data, "env_version": module_version(data["id"])}  # the run's config.yaml records it
+        return data
+
+    @model_validator(mode="after")
+    def _same_env_version(self) -> VerifiersEnvConfig:
+        same_env_version(self.env_version, module_version(self.id), f"env.id={self.id}")
+        return self
