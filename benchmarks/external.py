@@ -1,25 +1,25 @@
 """Do environments no one here wrote learn? One RL run per row of ``benchmarks/external/``, held-out before → after.
 
-    python benchmarks/external.py [--rows rg_letter_counting,...] [--split test|validation] [--out DIR]
-                                  [--deadline HH:MM] [--table-only]
+    python benchmarks/external.py [--rows rg_letter_counting,...] [--out DIR] [--deadline HH:MM] [--table-only]
 
 Each row is a run config in ``benchmarks/external/<row>.yaml`` for one of the ecosystem adapters (``env.name=
 reasoning_gym`` / ``verifiers`` / ``textarena``, :mod:`harmonyrl.tasks.ecosystems`; the verifiers rows use the example
 environments of ``examples/verifiers_envs``, put on ``PYTHONPATH``), run as ``harmonyrl train -c
-<row>.yaml threads=1 eval.split=<split>`` in a subprocess (SFT warm start on the adapter's reference-answer expert
-→ held-out eval → RL → held-out eval), one after the other. The machinery is ``benchmarks/envs.py``'s: finished runs
-in ``--out`` are reused, a stopped one resumed, a row whose config changed is refused, a run still going at
-``--deadline`` is stopped and reported as such, never given a made-up figure.
+<row>.yaml threads=1 eval.split=validation`` in a subprocess (SFT warm start on the adapter's reference-answer
+expert → validation eval → RL → validation eval), one after the other, then its warm start and final weights evaluated
+once on test. The machinery is ``benchmarks/envs.py``'s: finished runs and test evaluations in ``--out`` are reused, a
+stopped run resumed, a row whose config changed is refused, a run still going at ``--deadline`` is stopped and reported
+as such, never given a made-up figure.
 
-**Splits.** ``--split validation`` evaluates on each row's validation split: where the rows' settings were chosen
-(its figures are in docs/reasoning-gym.md). ``--split test`` (the default) is the report, run once with the chosen
-settings; the RESULT line counts it.
+**Splits.** As in ``benchmarks/envs.py``: the run's own evaluations are on each row's validation split (where the
+rows' settings are chosen; earlier choices are in docs/reasoning-gym.md and docs/textarena.md), the reported figures
+on test, measured once after; the table says whether each row passes on validation.
 
 **Learned** (:func:`harmonyrl.telemetry.stats.learned`): the held-out gain in pass@1 (sampled at T=1) exceeds +10
 points and 2 standard errors (the task-clustered ``eval/success_se`` of each evaluation). The table also gives each
-row's **constant baseline**: the held-out success of always answering the split's most common reference answer,
-so a policy that learned only to say "1" is read as such. Last line:
-``RESULT envs=a,b,… learned=N of M rule=gain>10pp&>2SE split=<split>`` (M: the selected rows, run or not).
+row's **constant baseline**: the test success of always answering the split's most common reference answer, so a
+policy that learned only to say "1" is read as such. Last line: ``RESULT envs=a,b,… learned=N of M
+rule=gain>10pp&>2SE split=test chosen_on=validation passed_validation=K of M`` (M: the selected rows, run or not).
 """
 
 from __future__ import annotations
@@ -57,45 +57,33 @@ def parse_rows(text: str) -> list[str]:
     return bench.parse_names(text, ROWS, "--rows", "row")
 
 
-def result_line(rows: list[bench.EnvRow], split: str) -> str:
-    """``RESULT envs=… learned=N of M rule=gain>10pp&>2SE split=…``, computed from the rows."""
-    learned = sum(r.learned for r in rows)
-    names = ",".join(r.env for r in rows)
-    return f"RESULT envs={names} learned={learned} of {len(rows)} rule=gain>10pp&>2SE split={split}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of " + ",".join(ROWS))
-    parser.add_argument("--split", choices=("test", "validation"), default="test")
-    parser.add_argument("--out", type=Path, default=None, help="default: runs/external-<split>")
+    parser.add_argument("--out", type=Path, default=Path("runs/external"))
     parser.add_argument("--deadline", default=None, help="HH:MM UTC: stop the run going then, start no other")
     parser.add_argument("--table-only", action="store_true", help="only tabulate the finished runs in --out")
     args = parser.parse_args()
     rows = parse_rows(args.rows)
-    out: Path = args.out or Path(f"runs/external-{args.split}")
+    out: Path = args.out
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXAMPLES), os.environ.get("PYTHONPATH", "")) if p)
     sys.path.insert(0, str(EXAMPLES))
     out.mkdir(parents=True, exist_ok=True)
-    overrides = (f"eval.split={args.split}",)
     status: dict[str, str] = {}
     for row in rows:
         left = bench.seconds_left(args.deadline)
         if args.table_only or (left is not None and left <= 0):
             continue
-        status[row] = bench.run_env(row, ROWS_DIR / f"{row}.yaml", out, left, overrides)
-    results = [
-        bench.read_row(r, ROWS_DIR / f"{r}.yaml", out, status.get(r, "not run (budget)"), overrides) for r in rows
-    ]
+        status[row] = bench.run_env(row, ROWS_DIR / f"{row}.yaml", out, left)
+    results = [bench.read_row(r, ROWS_DIR / f"{r}.yaml", out, status.get(r, "not run (budget)")) for r in rows]
     lines = bench.table(results)
-    lines[0] += " constant baseline |"
+    lines[0] += " constant baseline (test) |"
     lines[1] += "---|"
     for i, row in enumerate(rows):
-        lines[2 + i] += f" {bench.fmt(constant_baseline(ROWS_DIR / f'{row}.yaml', args.split))} |"
-    (out / "external.md").write_text(f"split: {args.split}\n\n" + "\n".join(lines) + "\n")
-    print(f"split: {args.split}")
+        lines[2 + i] += f" {bench.fmt(constant_baseline(ROWS_DIR / f'{row}.yaml', 'test'))} |"
+    (out / "external.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    print(result_line(results, args.split))
+    print(bench.result_line(results))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,16 @@ external = load_benchmark("external")
 
 
 def fake_run(out: Path, row: str, before: float, after: float, se: float) -> None:
+    """A finished row: the same figures on validation (its run) and on test (its two test evaluations)."""
     (out / row).mkdir(parents=True)
     summary = {"success_before": before, "success_after": after, "greedy_success_before": before,
                "greedy_success_after": after, "minutes": 6.5}  # fmt: skip
     (out / row / "summary.json").write_text(json.dumps(summary))
     evals = [{"phase": "eval", "step": s, "eval/success_se": se, "eval_greedy/success_se": se} for s in (0, 60)]
     (out / row / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    for record, p in zip(external.bench.test_records(out, row), (before, after), strict=True):
+        metrics = {"eval/success": p, "eval/success_se": se, "eval_greedy/success": p, "eval_greedy/success_se": se}
+        record.write_text(json.dumps({"split": "test", "metrics": metrics}))
 
 
 def test_every_row_is_a_run_config_of_an_external_env() -> None:
@@ -38,16 +42,18 @@ def test_the_result_line_counts_the_rows_that_learned(
 ) -> None:
     fake_run(tmp_path, "rg_letter_counting", 0.40, 0.80, se=0.03)  # +40 points, SE 4.2: learned
     fake_run(tmp_path, "rg_syllogism", 0.10, 0.15, se=0.02)  # +5 points: not
-    argv = ["external.py", "--table-only", "--out", str(tmp_path), "--split", "validation"]
+    argv = ["external.py", "--table-only", "--out", str(tmp_path)]
     argv += ["--rows", "rg_letter_counting,rg_syllogism"]
     monkeypatch.setattr(sys, "argv", argv)
     external.main()
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == (
-        "RESULT envs=rg_letter_counting,rg_syllogism learned=1 of 2 rule=gain>10pp&>2SE split=validation"
+        "RESULT envs=rg_letter_counting,rg_syllogism learned=1 of 2 rule=gain>10pp&>2SE split=test "
+        "chosen_on=validation passed_validation=1 of 2"
     )
-    assert any(line.startswith("| rg_letter_counting | 40.0% → 80.0% |") for line in lines)
-    assert (tmp_path / "external.md").read_text().startswith("split: validation")
+    assert any(line.startswith("| rg_letter_counting | 40.0% → 80.0% | +40.0 ± 4.2 | yes | 40.0% → 80.0% |")
+               for line in lines)  # fmt: skip
+    assert (tmp_path / "external.md").read_text().splitlines()[0].endswith("constant baseline (test) |")
 
 
 def test_a_game_without_reference_answers_has_no_constant_baseline() -> None:
