@@ -177,9 +177,45 @@ def test_compare_two_algorithms_writes_table_plot_and_json(tmp_path: Path) -> No
         last = [row for row in rows if "eval/success_se" in row][-1]  # one seed: the evaluation's own SE
         assert (r["final_se"], r["final_greedy_se"]) == (last["eval/success_se"], last["eval_greedy/success_se"])
     assert "1 seed(s) (0–0); held-out test split" in table and "± is the evaluation's task-clustered SE" in table
+    assert data["results"][0]["vs_first"] == 0.0  # grpo is the reference; one seed: paired, without an SE
+    assert "| grpo |" in table and "gain (paired) | vs first (paired)" in table
     assert (out / "compare.png").stat().st_size > 5_000
     # both algorithms started from the same warm start
     assert len(list(out.glob("sft-seed0/checkpoints/sft"))) == 1
+
+
+def test_a_comparison_continues_from_its_finished_runs_of_the_same_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from rich.console import Console
+
+    import harmonyrl.jobs.compare as jobs
+    from harmonyrl.config import load_config
+
+    out = tmp_path / "cmp"
+    overrides = [*TINY, "rl.steps=1", "eval.every=1"]
+    cfg = load_config(None, overrides)
+    first = asyncio.run(jobs.compare(cfg, ["grpo"], 1, 0.0, out, Console()))
+    with pytest.raises(FileExistsError, match="already exists"):  # without reuse: a new folder, as before
+        asyncio.run(jobs.compare(cfg, ["grpo"], 1, 0.0, out, Console()))
+
+    async def no_training(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished run must be read, not run again")
+
+    monkeypatch.setattr(jobs, "train", no_training)
+    monkeypatch.setattr(jobs, "sft_only", no_training)
+    again = asyncio.run(jobs.compare(cfg, ["grpo"], 1, 0.0, out, Console(), reuse=True))
+    assert again == first
+    moved = tmp_path / "moved"
+    out.rename(moved)  # a comparison moved elsewhere is still the same runs
+    assert asyncio.run(jobs.compare(cfg, ["grpo"], 1, 0.0, moved, Console(), reuse=True))[0].final_success == (
+        first[0].final_success
+    )
+    other = load_config(None, [*overrides, "rl.lr=3e-4"])
+    with pytest.raises(FileExistsError, match=r"was run with another config \(sections rl\): delete it"):
+        asyncio.run(jobs.compare(other, ["grpo"], 1, 0.0, moved, Console(), reuse=True))
 
 
 def test_compare_pools_seeds_with_the_standard_error_between_them() -> None:

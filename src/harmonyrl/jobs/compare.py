@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from harmonyrl import preset_files
 from harmonyrl.algorithms.choices import NamedAlgorithm
 from harmonyrl.config import ConfigError, RLConfig, RunConfig
 from harmonyrl.jobs.train import sft_only, train
-from harmonyrl.telemetry.stats import mean_se
+from harmonyrl.telemetry.stats import mean_se, paired
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,14 @@ class AlgoResult:
     final_se: float
     """SE of ``final_success``: over the seeds with two or more, else the last evaluation's task-clustered SE."""
     final_greedy_se: float
+    per_seed: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Seed → (held-out pass@1 before RL, at the end): what the paired comparisons are computed from."""
+    gain: float = math.nan
+    """Final − before pass@1, paired by seed (every arm of a seed shares its warm start), mean over seeds."""
+    gain_se: float = math.nan
+    vs_first: float = math.nan
+    """Final pass@1 minus the first algorithm's, paired by seed (0 for the first itself)."""
+    vs_first_se: float = math.nan
 
 
 def algorithm_names() -> list[str]:
@@ -90,7 +98,9 @@ def _read(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float], target: float) -> AlgoResult:
+def _summarise(
+    algo: str, runs: list[list[dict[str, Any]]], minutes: list[float], target: float, seeds: list[int] | None = None
+) -> AlgoResult:
     curves, to_target, minutes_to, half, grad, kl = [], [], [], [], 0.0, 0.0
     for rows in runs:
         evals = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
@@ -111,6 +121,7 @@ def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float]
     final = [c[-1][1] for c in curves]
     greedy = [next(r["eval_greedy/success"] for r in reversed(rows) if "eval_greedy/success" in r) for rows in runs]
     final_se, greedy_se = (_final_se(runs, final, key) for key in ("eval/success", "eval_greedy/success"))
+    per_seed = {seed: (c[0][1], c[-1][1]) for seed, c in zip(seeds or range(len(curves)), curves, strict=True)}
     return AlgoResult(
         algo=algo,
         seeds=len(runs),
@@ -121,11 +132,43 @@ def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float]
         final_greedy=sum(greedy) / len(greedy),
         final_se=final_se,
         final_greedy_se=greedy_se,
+        per_seed=per_seed,
         worst_grad_norm=grad,
         max_kl=kl,
         minutes=sum(minutes) / len(minutes),
         curve=curve,
     )
+
+
+def _check_same_run(run_dir: Path, config: RunConfig) -> None:
+    """A ``FileExistsError`` unless the finished run in ``run_dir`` was made with ``config`` (its resolved
+    ``config.yaml``; where the folders are, and so the warm start's path, may differ: a comparison can be moved)."""
+    from harmonyrl.config import load_config
+
+    moved = {"output_dir": None, "run_name": None}
+    recorded = load_config(run_dir / "config.yaml", ["model.init_from=null"]).model_dump() | moved
+    wanted = config.model_dump() | moved
+    for d in (recorded, wanted):
+        d["model"] = {**d["model"], "init_from": None}
+    if recorded != wanted:
+        diff = sorted(k for k in wanted if recorded.get(k) != wanted[k])
+        raise FileExistsError(f"'{run_dir}' was run with another config (sections {', '.join(diff)}): delete it")
+
+
+def with_paired(results: list[AlgoResult]) -> list[AlgoResult]:
+    """``results`` with each arm's gain over its warm start and its difference to the first arm, both paired by seed
+    (:func:`~harmonyrl.telemetry.stats.paired`): the seeds' warm starts differ far more than the algorithms do, and
+    pairing removes what a seed's warm start adds to every arm. One seed: the differences, without an SE."""
+    if not results:
+        return results
+    first = {str(seed): end for seed, (_, end) in results[0].per_seed.items()}
+    out = []
+    for r in results:
+        before = {str(k): b for k, (b, _) in r.per_seed.items()}
+        end = {str(k): e for k, (_, e) in r.per_seed.items()}
+        gain, vs = paired(before, end), paired(first, end)
+        out.append(replace(r, gain=gain.mean, gain_se=gain.se, vs_first=vs.mean, vs_first_se=vs.se))
+    return out
 
 
 def _final_se(runs: list[list[dict[str, Any]]], finals: list[float], key: str) -> float:
@@ -145,17 +188,31 @@ def _heading(console: Console, title: str) -> None:
 
 
 async def compare(
-    config: RunConfig, algos: list[str], seeds: int, target: float, out: Path, console: Console
+    config: RunConfig,
+    algos: list[str],
+    seeds: int,
+    target: float,
+    out: Path,
+    console: Console,
+    reuse: bool = False,
 ) -> list[AlgoResult]:
-    """Run every algorithm for every seed from a shared SFT warm start; write and return the comparison."""
-    if out.exists() and any(out.iterdir()):
+    """Run every algorithm for every seed from a shared SFT warm start; write and return the comparison.
+
+    ``reuse``: ``out`` may hold an earlier comparison of the same config; its finished warm starts and runs
+    (``summary.json``) are read instead of run again, so a stopped comparison continues (an unfinished run folder is
+    an error: delete it)."""
+    if out.exists() and any(out.iterdir()) and not reuse:
         raise FileExistsError(f"comparison folder '{out}' already exists and is not empty")
     every = config.eval.every or max(1, config.rl.steps // 5)
     results = []
     warm: dict[int, Path] = {}
     for seed in range(seeds):
+        done = out / f"sft-seed{seed}" / "checkpoints" / "sft"
         if config.model.init_from is not None:
             warm[seed] = config.model.init_from
+            continue
+        if reuse and (done / "config.json").is_file():
+            warm[seed] = done
             continue
         _heading(console, f"SFT warm start, seed {seed}")
         sft_cfg = _with(config, seed=seed, output_dir=out, run_name=f"sft-seed{seed}")
@@ -163,7 +220,7 @@ async def compare(
     for algo in algos:
         runs, minutes = [], []
         for seed in range(seeds):
-            _heading(console, f"{algo}, seed {seed}")
+            run_dir = out / f"{algo}-seed{seed}"
             model = config.model.model_copy(update={"init_from": warm[seed]})
             cfg = _with(
                 config,
@@ -175,10 +232,19 @@ async def compare(
                 rl=_rl_for(config, algo).model_dump(),
                 eval=config.eval.model_copy(update={"every": every}).model_dump(),
             )
+            if reuse and (run_dir / "summary.json").is_file():
+                _check_same_run(run_dir, cfg)
+                runs.append(_read(run_dir))
+                minutes.append(float(json.loads((run_dir / "summary.json").read_text())["minutes"]))
+                continue
+            if run_dir.exists():
+                raise FileExistsError(f"'{run_dir}' is an unfinished run of an earlier comparison: delete it")
+            _heading(console, f"{algo}, seed {seed}")
             result = await train(cfg, console)
             runs.append(_read(result.run_dir))
             minutes.append(result.minutes)
-        results.append(_summarise(algo, runs, minutes, target))
+        results.append(_summarise(algo, runs, minutes, target, list(range(seeds))))
+    results = with_paired(results)
     write_outputs(results, target, config, out, seeds)
     console.print(table(results, target))
     if (note := ranking_note(results, config, seeds)) is not None:
@@ -208,12 +274,22 @@ def ranking_note(results: list[AlgoResult], config: RunConfig, seeds: int) -> st
 
 def table(results: list[AlgoResult], target: float) -> Table:
     t = Table(title=f"algorithms on the same env, model, seeds and sample budget (target pass@1 {target:.0%})")
-    for col in ("algo", "steps→target", "min→target", "pass@1 @½ budget", "final pass@1", "final greedy",
-                "worst grad norm", "max KL", "minutes"):  # fmt: skip
+    for col in COLUMNS:
         t.add_column(col, justify="right")
     for r in results:
         t.add_row(*_cells(r))
     return t
+
+
+COLUMNS = ("algo", "steps→target", "min→target", "pass@1 @½ budget", "final pass@1", "final greedy",
+           "gain (paired)", "vs first (paired)", "worst grad norm", "max KL", "minutes")  # fmt: skip
+"""The comparison's columns, on the console and in compare.md alike; the gains in points, the first arm's the
+reference of "vs first"."""
+
+
+def _points(mean: float, se: float) -> str:
+    """``+21.2 ± 5.5`` points (no ``±`` without an SE: one seed)."""
+    return f"{100 * mean:+.1f}" + ("" if math.isnan(se) else f" ± {100 * se:.1f}")
 
 
 def _cells(r: AlgoResult) -> list[str]:
@@ -225,6 +301,8 @@ def _cells(r: AlgoResult) -> list[str]:
         f"{r.success_at_half:.1%}",
         f"{r.final_success:.1%} ± {100 * r.final_se:.1f}",
         f"{r.final_greedy:.1%} ± {100 * r.final_greedy_se:.1f}",
+        _points(r.gain, r.gain_se),
+        _points(r.vs_first, r.vs_first_se),
         f"{r.worst_grad_norm:.2f}",
         f"{r.max_kl:.3f}",
         f"{r.minutes:.1f}",
@@ -234,8 +312,7 @@ def _cells(r: AlgoResult) -> list[str]:
 def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, out: Path, seeds: int = 1) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps({"target": target, "results": [asdict(r) for r in results]}, indent=2))
-    header = "| algo | steps→target | min→target | pass@1 @½ budget | final pass@1 | final greedy | worst grad norm "
-    header += "| max KL | minutes |\n|" + "---|" * 9 + "\n"
+    header = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     rows = "".join("| " + " | ".join(_cells(r)) + " |\n" for r in results)
     budget = config.rl.steps * config.rollout.episodes_per_step
     note = ranking_note(results, config, seeds)
@@ -244,7 +321,8 @@ def write_outputs(results: list[AlgoResult], target: float, config: RunConfig, o
     (out / "compare.md").write_text(
         f"Target pass@1 {target:.0%}; budget {budget} episodes per run; {seeds} seed(s) (0–{seeds - 1}); held-out "
         f"{config.eval.split} split, {config.eval.n_tasks} tasks × {config.eval.samples_per_task} samples; ± is "
-        f"{spread}, in points.\n\n{header}{rows}{tail}"
+        f"{spread}, in points; gain and vs first ({results[0].algo if results else '—'}) are paired by seed (each "
+        f"seed's arms share its warm start and held-out tasks).\n\n{header}{rows}{tail}"
     )
     import matplotlib
 
