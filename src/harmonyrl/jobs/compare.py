@@ -25,7 +25,7 @@ from rich.table import Table
 
 from harmonyrl import preset_files
 from harmonyrl.algorithms.choices import NamedAlgorithm
-from harmonyrl.config import ConfigError, RLConfig, RunConfig
+from harmonyrl.config import ConfigError, RLConfig, RunConfig, load_config
 from harmonyrl.jobs.train import sft_only, train
 from harmonyrl.telemetry.stats import mean_se, paired
 
@@ -98,9 +98,8 @@ def _read(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _summarise(
-    algo: str, runs: list[list[dict[str, Any]]], minutes: list[float], target: float, seeds: list[int] | None = None
-) -> AlgoResult:
+def _summarise(algo: str, runs: list[list[dict[str, Any]]], minutes: list[float], target: float) -> AlgoResult:
+    """One arm's figures from its runs, seed ``i``'s metrics rows at ``runs[i]``."""
     curves, to_target, minutes_to, half, grad, kl = [], [], [], [], 0.0, 0.0
     for rows in runs:
         evals = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
@@ -120,8 +119,8 @@ def _summarise(
     reached = all(h is not None for h in to_target)
     final = [c[-1][1] for c in curves]
     greedy = [next(r["eval_greedy/success"] for r in reversed(rows) if "eval_greedy/success" in r) for rows in runs]
-    final_se, greedy_se = (_final_se(runs, final, key) for key in ("eval/success", "eval_greedy/success"))
-    per_seed = {seed: (c[0][1], c[-1][1]) for seed, c in zip(seeds or range(len(curves)), curves, strict=True)}
+    final_se, greedy_se = (_final_se(runs, key) for key in ("eval/success", "eval_greedy/success"))
+    per_seed = {seed: (c[0][1], c[-1][1]) for seed, c in enumerate(curves)}
     return AlgoResult(
         algo=algo,
         seeds=len(runs),
@@ -143,8 +142,6 @@ def _summarise(
 def _check_same_run(run_dir: Path, config: RunConfig) -> None:
     """A ``FileExistsError`` unless the finished run in ``run_dir`` was made with ``config`` (its resolved
     ``config.yaml``; where the folders are, and so the warm start's path, may differ: a comparison can be moved)."""
-    from harmonyrl.config import load_config
-
     moved = {"output_dir": None, "run_name": None}
     recorded = load_config(run_dir / "config.yaml", ["model.init_from=null"]).model_dump() | moved
     wanted = config.model_dump() | moved
@@ -171,12 +168,12 @@ def with_paired(results: list[AlgoResult]) -> list[AlgoResult]:
     return out
 
 
-def _final_se(runs: list[list[dict[str, Any]]], finals: list[float], key: str) -> float:
+def _final_se(runs: list[list[dict[str, Any]]], key: str) -> float:
     """The SE of the seeds' mean final ``key``: between seeds (:func:`mean_se`) with two or more; with one, its last
     evaluation's own task-clustered ``key_se`` (``nan`` if it has none)."""
     if len(runs) > 1:
         return mean_se([next(r[key] for r in reversed(rows) if key in r) for rows in runs]).se
-    return next((r[f"{key}_se"] for r in reversed(runs[0]) if f"{key}_se" in r), math.nan) if finals else math.nan
+    return next((r[f"{key}_se"] for r in reversed(runs[0]) if f"{key}_se" in r), math.nan)
 
 
 def _heading(console: Console, title: str) -> None:
@@ -207,7 +204,7 @@ async def compare(
     results = []
     warm: dict[int, Path] = {}
     for seed in range(seeds):
-        done = out / f"sft-seed{seed}" / "checkpoints" / "sft"
+        done = out / f"sft-seed{seed}" / "checkpoints" / "sft"  # an earlier comparison's warm start (reuse)
         if config.model.init_from is not None:
             warm[seed] = config.model.init_from
             continue
@@ -243,7 +240,7 @@ async def compare(
             result = await train(cfg, console)
             runs.append(_read(result.run_dir))
             minutes.append(result.minutes)
-        results.append(_summarise(algo, runs, minutes, target, list(range(seeds))))
+        results.append(_summarise(algo, runs, minutes, target))
     results = with_paired(results)
     write_outputs(results, target, config, out, seeds)
     console.print(table(results, target))
