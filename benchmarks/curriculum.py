@@ -14,14 +14,21 @@ checkpoint), is shared by three RL arms with the same seed, steps and episodes p
 * ``curriculum``: ``rl.curriculum`` drawing levels towards a 0.5 pass rate (``--curriculum`` sets other
   settings, e.g. the frontier setting ``rl.curriculum.target=0.2 rl.curriculum.start_levels=2 …``).
 
-Each arm evaluates held-out pass@1 (200 tasks × 4 samples at T=1) every ``--eval-every`` steps. Reported per
-arm: the first evaluated step and the training minutes (sum of ``time/step_s``) at which pass@1 reached
-``--target``, and the final pass@1. Times depend on the machine's load; the success figures are deterministic
-given the seed. ``--seeds N`` repeats every arm with seeds 0..N-1 (other training and held-out problems, the same
-warm start); runs finished in ``--out`` are reused. Last line, means over the seeds:
-``RESULT seeds=… plain_final=… dynamic_final=… curriculum_final=… plain_min=… dynamic_min=… curriculum_min=…
-plain_best=… …`` (``_min``: minutes to the target, ``nan`` unless every seed reached it; ``_best``: the highest
-evaluated pass@1 of each run, so ``curriculum_final > plain_best`` is a success the plain run never showed).
+**Splits (issue 41).** Each arm's evaluations during training (200 tasks × 4 samples at T=1 every
+``--eval-every`` steps) are on the **validation** split: the curves, the steps and minutes to ``--target`` and the
+best evaluated pass@1 are validation figures, where settings are looked at. The warm start and each arm's final
+weights are then evaluated **once on the test split** with the run's own eval settings (``test-final.json`` in the
+run folder, ``warm.test.json`` in the seed's folder, the ``harmonyrl eval --metrics-out`` record), and those are the
+figures reported. Training reads neither split and nothing is picked by them (no early stopping, no best
+checkpoint), so one run serves both.
+
+Times depend on the machine's load; the success figures are deterministic given the seed. ``--seeds N`` repeats
+every arm with seeds 0..N-1 (other training, validation and test problems, the same warm start); runs and test
+evaluations finished in ``--out`` are reused. Last line, over the seeds: ``RESULT seeds=… split=test
+curve_split=validation before=… plain_final=… plain_final_se=… … curriculum_vs_plain_pp=… curriculum_vs_plain_se=…
+… plain_val_min=… … plain_val_best=… …`` (``_final``: test pass@1 of the final weights, mean and SE over seeds;
+``_vs_plain``: the test difference to plain in points, paired by seed; ``_val_min``: validation minutes to the
+target, ``nan`` unless every seed reached it; ``_val_best``: the highest validation pass@1 of each run).
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ import yaml
 from rich.console import Console
 
 from harmonyrl.config import RunConfig, dump_config, load_config
-from harmonyrl.jobs.train import sft_only, train
+from harmonyrl.jobs.train import eval_only, sft_only, train
+from harmonyrl.telemetry.stats import over_seeds, paired
 
 ARMS: dict[str, list[str]] = {
     "plain": [],
@@ -50,7 +58,18 @@ ARMS: dict[str, list[str]] = {
 
 
 @dataclass(frozen=True)
+class Test:
+    """One test-split evaluation (the ``harmonyrl eval --metrics-out`` record): pass@1 and greedy."""
+
+    success: float
+    success_se: float
+    greedy: float
+
+
+@dataclass(frozen=True)
 class Arm:
+    """One run: its validation curve and figures, and the test evaluations of its start and end."""
+
     name: str
     before: float
     final: float
@@ -59,14 +78,30 @@ class Arm:
     minutes: float
     episodes: int
     curve: list[tuple[int, float]]
+    test_before: Test
+    test_final: Test
 
     @property
     def best(self) -> float:
-        """The highest evaluated held-out pass@1 of the run (before RL included)."""
+        """The highest evaluated validation pass@1 of the run (before RL included)."""
         return max(v for _, v in self.curve)
 
 
-def _read(run_dir: Path, name: str, target: float) -> Arm:
+def _test(cfg: RunConfig, checkpoint: Path, record: Path, console: Console) -> Test:
+    """``checkpoint`` evaluated once on the test split with ``cfg``'s eval settings (``cfg`` is the run's config
+    with ``eval.split=test``); the record is kept in ``record`` and read back, never measured twice."""
+    if not record.is_file():
+        metrics = asyncio.run(eval_only(cfg, checkpoint, console))
+        doc = {"checkpoint": str(checkpoint), "split": cfg.eval.split, "metrics": metrics}
+        record.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = json.loads(record.read_text())
+    if doc["split"] != "test":
+        raise SystemExit(f"curriculum.py: {record} is not a test-split evaluation: delete it to measure it again")
+    m = doc["metrics"]
+    return Test(float(m["eval/success"]), float(m["eval/success_se"]), float(m["eval_greedy/success"]))
+
+
+def _read(run_dir: Path, name: str, target: float, tests: tuple[Test, Test]) -> Arm:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     curve = [(int(r["step"]), float(r["eval/success"])) for r in rows if "eval/success" in r]
     rl = [r for r in rows if r["phase"] == "rl"]
@@ -74,7 +109,7 @@ def _read(run_dir: Path, name: str, target: float) -> Arm:
     minutes_to = sum(r.get("time/step_s", 0.0) for r in rl if r["step"] <= hit) / 60 if hit is not None else None
     episodes = sum(int(r.get("rollout/episodes", 0)) for r in rl)
     minutes = sum(r.get("time/step_s", 0.0) for r in rl) / 60
-    return Arm(name, curve[0][1], curve[-1][1], hit, minutes_to, minutes, episodes, curve)
+    return Arm(name, curve[0][1], curve[-1][1], hit, minutes_to, minutes, episodes, curve, *tests)
 
 
 def _minutes(value: float | None) -> str:
@@ -123,6 +158,8 @@ def main() -> None:
     args = _parser().parse_args()
     if any(o.split("=", 1)[0] == "seed" for o in args.overrides):
         raise SystemExit("curriculum.py: the seeds are 0..N-1 of --seeds N, not a seed= override")
+    if any(o.split("=", 1)[0] == "eval.split" for o in args.overrides):
+        raise SystemExit("curriculum.py: the curves are on validation and the report on test; eval.split is not set")
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-curriculum-"))
     console = Console()
     lo, hi = args.levels.split(",")
@@ -138,6 +175,7 @@ def main() -> None:
         "rollout.group_size=8",
         f"rl.steps={args.steps}",
         f"eval.every={args.eval_every}",
+        "eval.split=validation",
         "eval.n_tasks=200",
         "eval.samples_per_task=4",
         *args.overrides,
@@ -151,33 +189,54 @@ def main() -> None:
     names = sorted(args.arms.split(","), key=list(ARMS).index)  # the RESULT keys in one order
     runs: dict[str, list[Arm]] = {name: [] for name in names}
     for seed in range(args.seeds):
+        folder = out / f"seed{seed}"
         for name in names:
-            folder = out / f"seed{seed}"
             arm = args.curriculum.split() if name == "curriculum" else ARMS[name]
             where = [f"output_dir={folder}", f"run_name={name}", f"seed={seed}"]
-            cfg = load_config(None, [*base, *where, f"model.init_from={warm}", "sft.steps=0", *arm])
+            settings = [*base, *where, f"model.init_from={warm}", "sft.steps=0", *arm]
+            cfg = load_config(None, settings)
             if not _finished_as(folder / name, cfg):  # a run finished with this very config is reused
                 asyncio.run(train(cfg, console, overwrite=True))
-            runs[name].append(_read(folder / name, name, args.target))
+            on_test = load_config(None, [*settings, "eval.split=test"])  # the arm's settings touch no evaluation
+            before = _test(on_test, warm, folder / "warm.test.json", console)
+            final = _test(on_test, folder / name / "checkpoints" / "final", folder / name / "test-final.json", console)
+            runs[name].append(_read(folder / name, name, args.target, (before, final)))
     load = os.getloadavg()[0]
     print(f"warm start {warm}; {' '.join(base)}; curriculum arm: {args.curriculum}; load average {load:.1f}")
-    print("| arm | seed | pass@1 before | final | best | steps→target | min→target | RL minutes | episodes | curve |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| arm | seed | test before | test final ± SE | test greedy after | validation best | steps→target "
+          "(val) | min→target (val) | RL minutes | episodes | validation curve |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         for seed, a in enumerate(runs[name]):
             curve = " ".join(f"{s}:{v:.2f}" for s, v in a.curve)
             to_min = "—" if a.minutes_to_target is None else f"{a.minutes_to_target:.1f}"
             steps = "—" if a.steps_to_target is None else a.steps_to_target
-            print(f"| {a.name} | {seed} | {a.before:.3f} | {a.final:.3f} | {a.best:.3f} | {steps} | "
-                  f"{to_min} | {a.minutes:.1f} | {a.episodes} | {curve} |")  # fmt: skip
-    # over seeds: mean final and best pass@1; minutes to the target only when every seed reached it
-    finals = " ".join(f"{n}_final={_mean([a.final for a in runs[n]]):.3f}" for n in names)
-    bests = " ".join(f"{n}_best={_mean([a.best for a in runs[n]]):.3f}" for n in names)
+            t0, t1 = a.test_before, a.test_final
+            print(f"| {a.name} | {seed} | {t0.success:.3f} | {t1.success:.3f} ± {t1.success_se:.3f} | "
+                  f"{t1.greedy:.3f} | {a.best:.3f} | {steps} | {to_min} | {a.minutes:.1f} | {a.episodes} | "
+                  f"{curve} |")  # fmt: skip
+    print(f"RESULT seeds={args.seeds} split=test curve_split=validation {result_figures(runs)}")
+
+
+def result_figures(runs: dict[str, list[Arm]]) -> str:
+    """The RESULT line's figures: test pass@1 before and each arm's final (mean, SE over seeds), each arm's paired
+    test difference to ``plain`` (points), and the validation minutes to the target and best pass@1."""
+    names = list(runs)
+    first = runs[names[0]]
+    parts = [f"before={over_seeds({i: a.test_before.success for i, a in enumerate(first)}).mean:.3f}"]
+    for n in names:
+        final = over_seeds({i: a.test_final.success for i, a in enumerate(runs[n])})
+        parts.append(f"{n}_final={final.mean:.3f} {n}_final_se={final.se:.3f}")
+    if "plain" in runs:
+        plain = {str(i): a.test_final.success for i, a in enumerate(runs["plain"])}
+        for n in (n for n in names if n != "plain"):
+            gap = paired(plain, {str(i): a.test_final.success for i, a in enumerate(runs[n])})
+            parts.append(f"{n}_vs_plain_pp={100 * gap.mean:.1f} {n}_vs_plain_se={100 * gap.se:.1f}")
     to = {n: [a.minutes_to_target for a in runs[n]] for n in names}
-    mins = " ".join(
-        f"{n}_min={_minutes(None if None in to[n] else _mean([m for m in to[n] if m is not None]))}" for n in names
-    )
-    print(f"RESULT seeds={args.seeds} {finals} {mins} {bests}")
+    for n in names:
+        parts.append(f"{n}_val_min={_minutes(None if None in to[n] else _mean([m for m in to[n] if m is not None]))}")
+    parts += [f"{n}_val_best={_mean([a.best for a in runs[n]]):.3f}" for n in names]
+    return " ".join(parts)
 
 
 if __name__ == "__main__":
