@@ -116,18 +116,33 @@ def _minutes(value: float | None) -> str:
     return "nan" if value is None else f"{value:.2f}"
 
 
-def _finished_as(run_dir: Path, cfg: RunConfig) -> bool:
-    """``run_dir`` holds a finished run (``summary.json``) of exactly ``cfg``; a finished run of another config (an
-    earlier command with other flags into the same ``--out``) stops the benchmark rather than be reported."""
-    if not (run_dir / "summary.json").is_file():
-        return False
+def _same_settings(run_dir: Path, cfg: RunConfig) -> None:
+    """Stop the benchmark if ``run_dir`` holds a run of other settings than ``cfg`` (an earlier command with other
+    flags into the same ``--out``) rather than report or continue it."""
     recorded, wanted = yaml.safe_load((run_dir / "config.yaml").read_text()), yaml.safe_load(dump_config(cfg))
     recorded.pop("output_dir", None), wanted.pop("output_dir", None)  # a moved or linked folder is the same run
     if recorded != wanted:
         raise SystemExit(
             f"curriculum.py: {run_dir} holds a finished run of other settings: delete it or use another --out"
         )
+
+
+def _finished_as(run_dir: Path, cfg: RunConfig) -> bool:
+    """``run_dir`` holds a finished run (``summary.json``) of exactly ``cfg`` (of other settings: stop)."""
+    if not (run_dir / "summary.json").is_file():
+        return False
+    _same_settings(run_dir, cfg)
     return True
+
+
+def _warm_start(cfg: RunConfig, console: Console) -> Path:
+    """The shared warm start (``harmonyrl sft`` with ``cfg``): an earlier invocation's in the same ``--out`` is
+    reused if finished and continued if stopped, after checking it has the same settings."""
+    run_dir = cfg.output_dir / str(cfg.run_name)
+    started = (run_dir / "config.yaml").is_file()
+    if started:
+        _same_settings(run_dir, cfg)
+    return asyncio.run(sft_only(cfg, console, resume=started))
 
 
 def _mean(values: list[float]) -> float:
@@ -182,7 +197,7 @@ def main() -> None:
     ]
     warm = args.warm
     if warm is None:
-        warm = asyncio.run(sft_only(load_config(None, [*common, "run_name=warm"]), console))
+        warm = _warm_start(load_config(None, [*common, "run_name=warm"]), console)
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
         raise SystemExit(f"curriculum.py: unknown arm(s) {', '.join(sorted(unknown))}; choose from {', '.join(ARMS)}")

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,7 +171,7 @@ def machine() -> dict[str, object]:
                  platform.processor() or "unknown")  # fmt: skip
     meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").is_file() else ""
     mem = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -368,6 +368,18 @@ def write(data: dict[str, object], docs: Path, readme: Path | None) -> None:
         readme.write_text(replace_block(readme.read_text(), readme_table(data)))
 
 
+def merged(path: Path, data: dict[str, object], names: Sequence[str]) -> dict[str, object]:
+    """``data`` with every other benchmark's record taken from ``path`` as it is on disk now: two regenerations
+    running side by side (``--only`` different benchmarks) keep each other's records instead of the last writer's
+    copy from when it started. ``names``: the benchmarks this invocation measured (its records win)."""
+    on_disk = json.loads(path.read_text()) if path.is_file() else {}
+    runs = dict(on_disk.get("runs", {}))
+    mine = data.get("runs", {})
+    assert isinstance(mine, dict)
+    runs.update({name: mine[name] for name in names if name in mine})
+    return {**data, "runs": {b.name: runs[b.name] for b in BENCHMARKS if b.name in runs}}
+
+
 def keep(old: dict[str, object], budget: str, redo: bool) -> bool:
     """Whether a recorded run stays: an ``ok`` run at this budget (unless ``redo``), or an ``ok`` full measurement
     when only a tiny smoke run is asked for."""
@@ -398,6 +410,7 @@ def main() -> None:
     assert isinstance(runs, dict)
     data["machine"] = data.get("machine") if args.render and "machine" in data else machine()
     readme = None if args.no_readme else args.readme
+    measured: list[str] = []
     for bench in () if args.render else BENCHMARKS:
         if names and bench.name not in names:
             continue
@@ -407,10 +420,14 @@ def main() -> None:
             continue
         print(f"{bench.name}: running at budget {args.budget} …", flush=True)
         runs[bench.name] = run_one(bench, args.budget, args.logs, args.timeout_min)
+        measured.append(bench.name)
         rec = runs[bench.name]
         print(f"{bench.name}: {rec['status']} {rec.get('result_line', '')}", flush=True)
-        write(data, args.docs, readme)  # after every benchmark: an interrupted regeneration keeps what it has
-    write(data, args.docs, readme)
+        data = merged(path, data, measured)  # after every benchmark: an interrupted regeneration keeps what it has
+        runs = data["runs"]
+        assert isinstance(runs, dict)
+        write(data, args.docs, readme)
+    write(merged(path, data, measured), args.docs, readme)
     print(f"wrote {args.docs / 'results.md'} and {path}")
 
 

@@ -75,3 +75,21 @@ def test_every_documented_benchmark_script_is_registered() -> None:
     documented = {line.split()[1].removeprefix("benchmarks/") for line in readme.splitlines()
                   if line.startswith("python benchmarks/")}  # fmt: skip
     assert documented - {"results.py"} <= registered, documented - registered
+
+
+def test_two_regenerations_side_by_side_keep_each_others_records(tmp_path: Path) -> None:
+    """A regeneration writes its own records into results.json as it is on disk when it writes, not the copy it
+    read at its start: another one that finished meanwhile keeps its record."""
+    path = tmp_path / "results.json"
+    started_with = {"machine": {"cpu": "x"}, "runs": {"learning": {"status": "old"}}}
+    # meanwhile another invocation (--only memory) finished, and learning was re-measured by a third
+    path.write_text(json.dumps({"runs": {"learning": {"status": "new"}, "memory": {"status": "ok"}}}))
+    mine = {**started_with, "runs": {"learning": {"status": "old"}, "envs": {"status": "ok", "mine": True}}}
+    out = results.merged(path, mine, ["envs"])
+    assert out["runs"] == {
+        "learning": {"status": "new"},
+        "envs": {"status": "ok", "mine": True},
+        "memory": {"status": "ok"},
+    }  # in the benchmarks' order
+    assert list(out["runs"]) == ["learning", "envs", "memory"]
+    assert out["machine"] == {"cpu": "x"}
