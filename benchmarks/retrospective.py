@@ -1,6 +1,7 @@
 """The public GPT-OSS retrospective at small scale: a sink-less trainer kernel with sinks that carry real mass.
 
-    python benchmarks/retrospective.py [--sink 4] [--sweep none,2,4,6] [--steps 20] [--out DIR] [key=value ...]
+    python benchmarks/retrospective.py [--sink 4] [--seeds 3] [--sweep none,2,4,6] [--steps 20] [--out DIR]
+                                       [key=value ...]
 
 ``benchmarks/mismatch.py`` shows the mismatch on a freshly initialised model, whose sinks take ~1/T of the
 attention and barely matter. Here every warm start begins with its sink logits at ``model.sink_init`` and is
@@ -11,15 +12,20 @@ at ``--sink``, equal seeds and budget:
   (d) matched sink-aware kernels (the exact fused kernel in the trainer);
   (e) (d) with a bf16 engine, whose rounding flips MoE routing against the fp32 trainer, without and with
       routing replay (R3) — only with ``--routing`` (the bf16 engine decodes in torch, not the C step: slower).
-Then the sweep: (a) and (d) from a warm start at each ``--sweep`` sink init.
+``--seeds N`` runs every arm of the main experiment with seeds 0..N-1 from the one warm start (the seed varies the
+RL sampling and the held-out samples, not the warm start); the report gives each arm's held-out pass@1 after RL as a
+mean with its SE over the seeds and each arm's difference to (a) paired by seed (:mod:`harmonyrl.telemetry.stats`).
+Then the sweep: (a) and (d) from a warm start at each ``--sweep`` sink init (seed 0 only).
 
 Per-step curves are of the *training* reward (rollout/reward: held-out evaluation every step would cost more than
 the step); held-out pass@1 is measured before and after RL. Writes ``retrospective.png`` (curves),
 ``sink_sweep.png`` and ``sweep.md`` (sweep), ``retrospective.md`` (arms, per-layer sink mass) into ``--out``.
 Finished warm starts and runs already in ``--out`` are reused, so an interrupted benchmark continues where it stopped
 and a longer ``--sweep`` adds only its new points.
-Last line: ``RESULT a_final=… b_final=… c_final=… d_final=… [e_final=… e_r3_final=…] a_maxgrad=… d_maxgrad=…
-a_kl=… d_kl=… sink_mass=…``.
+Last line: ``RESULT seeds=N a_final=… a_final_se=… … d_final=… d_final_se=… [e_final=… e_r3_final=…]
+b_vs_a_pp=… b_vs_a_se=… … d_vs_a_pp=… d_vs_a_se=… a_maxgrad=… d_maxgrad=… a_kl=… d_kl=… sink_mass=…`` (finals:
+mean and SE over seeds; ``_vs_a``: paired differences in points; grad and KL: means over seeds of each run's max
+grad norm and mean mismatch KL; the SE is ``nan`` with one seed).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.sinks import sink_mass_by_layer
 from harmonyrl.models.tiny_gpt_oss import load_model
 from harmonyrl.rollout.store import read_step, step_path
+from harmonyrl.telemetry.stats import over_seeds, paired
 
 SINKLESS, EXACT = "model.attention=harmonyrl_sinkless", "model.attention=harmonyrl_sink_sdpa"
 ARMS: dict[str, tuple[str, list[str]]] = {
@@ -89,13 +96,16 @@ def warm_start(sink: str, base: list[str], console: Console) -> Path:
     return asyncio.run(sft_only(cfg, console))
 
 
-def run_arm(name: str, extra: list[str], warm: Path, base: list[str], console: Console) -> Path:
-    """One RL run from ``warm``: its run folder (a finished one of an earlier invocation is reused)."""
+def run_arm(name: str, extra: list[str], warm: Path, base: list[str], console: Console, seed: int = 0) -> Path:
+    """One RL run from ``warm`` with ``seed``: its run folder (a finished one of an earlier invocation is reused).
+    Seed 0's folder is ``name``, as before seeds existed; another seed's ``name_seedN``."""
+    name = name if seed == 0 else f"{name}_seed{seed}"
     done = Path(next(a.split("=", 1)[1] for a in base if a.startswith("output_dir="))) / name
     if (done / "summary.json").is_file():
         console.print(f"({name}): reusing the finished run {done}")
         return done
-    cfg = load_config(None, [*base, *extra, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}"])
+    settings = [*base, *extra, f"model.init_from={warm}", "sft.steps=0", f"run_name={name}", f"seed={seed}"]
+    cfg = load_config(None, settings)
     return asyncio.run(train(cfg, console)).run_dir
 
 
@@ -232,25 +242,48 @@ def sweep_point(sink: str, mass: float, a: dict[str, float], d: dict[str, float]
             "a_kl": a["kl"], "d_kl": d["kl"], "a_grad": a["grad"], "d_grad": d["grad"]}  # fmt: skip
 
 
-def experiment(args: argparse.Namespace, base: list[str], out: Path, console: Console) -> tuple[dict[str, Any], float]:
-    """The arms from one warm start at ``args.sink``: their summaries (and the sweep point), and the sink mass."""
+def seeds_table(finals: dict[str, list[float]], labels: dict[str, str]) -> list[str]:
+    """Each arm's held-out pass@1 after RL per seed, mean ± SE over the seeds, and the paired difference to (a)."""
+    a = {str(i): v for i, v in enumerate(finals["a"])}
+    lines = ["| run | after RL, per seed | mean ± SE | − (a), paired by seed (pp) |", "|---|---|---|---|"]
+    for key, values in finals.items():
+        est = over_seeds(dict(enumerate(values)))
+        gap = paired(a, {str(i): v for i, v in enumerate(values)})
+        per_seed = ", ".join(f"{v:.1%}" for v in values)
+        vs_a = "—" if key == "a" else f"{100 * gap.mean:+.1f} ± {100 * gap.se:.1f}"
+        lines.append(f"| ({key}) {labels[key]} | {per_seed} | {100 * est.mean:.1f} % ± {100 * est.se:.1f} | {vs_a} |")
+    return lines
+
+
+def experiment(
+    args: argparse.Namespace, base: list[str], out: Path, console: Console
+) -> tuple[dict[str, list[dict[str, float]]], float]:
+    """The arms from one warm start at ``args.sink``, each with every seed: their summaries ``{arm: [per seed]}``,
+    and the warm start's sink mass."""
     arms = {**ARMS, **(ROUTING_ARMS if args.routing else {})}
     labels = {k: v[0] for k, v in arms.items()}
     warm = warm_start(args.sink, base, console)
     runs: dict[str, list[dict[str, Any]]] = {}
     dirs: dict[str, Path] = {}
-    for key, (label, extra) in arms.items():
-        console.rule(f"({key}) {label}")
-        dirs[key] = run_arm(f"{key}_{args.sink}", extra, warm, base, console)
-        runs[key] = _rows(dirs[key])
+    summary: dict[str, list[dict[str, float]]] = {k: [] for k in arms}
+    for seed in range(args.seeds):
+        for key, (label, extra) in arms.items():
+            console.rule(f"({key}) {label}, seed {seed}")
+            run_dir = run_arm(f"{key}_{args.sink}", extra, warm, base, console, seed)
+            rows = _rows(run_dir)
+            summary[key].append(summarize(rows))
+            if seed == 0:
+                dirs[key], runs[key] = run_dir, rows
     mass = sink_mass(warm, dirs["d"])
-    summary = {k: summarize(r) for k, r in runs.items()}
     title = f"sink_init={args.sink} (mean sink mass {float(mass.mean()):.2f}), {args.steps} RL steps"
-    plot_curves(runs, labels, out / "retrospective.png", title)
+    plot_curves(runs, labels, out / "retrospective.png", f"{title}, seed 0")
     by_pos = ", ".join(f"{v:.3g}" for v in kl_by_position(warm, dirs["d"]))
-    lines = [f"## arms: {title}", "", *arm_table(summary, labels), "",
+    finals = {k: [s["final"] for s in v] for k, v in summary.items()}
+    lines = [f"## arms: {title}, seed 0", "", *arm_table({k: v[0] for k, v in summary.items()}, labels), "",
+             f"## held-out pass@1 after RL over {args.seeds} seed(s) (one warm start)", "",
+             *seeds_table(finals, labels), "",
              "## sink attention mass of the warm start, per layer and head", "",
-             *mass_table(mass, list(load_model(warm).config.layer_types)), "",
+             *mass_table(mass, list(load_model(warm).config.layer_types or [])), "",
              f"KL(sink-aware ‖ sink-less) of the warm start by position (<144, <176, <208, rest): {by_pos}",
              ]  # fmt: skip
     (out / "retrospective.md").write_text("\n".join(lines) + "\n")
@@ -258,20 +291,45 @@ def experiment(args: argparse.Namespace, base: list[str], out: Path, console: Co
     return summary, float(mass.mean())
 
 
+def result_line(summary: dict[str, list[dict[str, float]]], mass: float) -> str:
+    """The RESULT line (module docstring) from every arm's per-seed summaries."""
+    n = len(summary["a"])
+    parts = [f"RESULT seeds={n}"]
+    for key, per_seed in summary.items():
+        est = over_seeds({i: s["final"] for i, s in enumerate(per_seed)})
+        parts.append(f"{key}_final={est.mean:.3f} {key}_final_se={est.se:.3f}")
+    a = {str(i): s["final"] for i, s in enumerate(summary["a"])}
+    for key in (k for k in summary if k != "a"):
+        gap = paired(a, {str(i): s["final"] for i, s in enumerate(summary[key])})
+        parts.append(f"{key}_vs_a_pp={100 * gap.mean:.1f} {key}_vs_a_se={100 * gap.se:.1f}")
+
+    def mean(key: str, figure: str) -> float:
+        return sum(s[figure] for s in summary[key]) / n
+
+    parts.append(f"a_maxgrad={mean('a', 'grad'):.2f} d_maxgrad={mean('d', 'grad'):.2f} a_kl={mean('a', 'kl'):.3e} "
+                 f"d_kl={mean('d', 'kl'):.3e} sink_mass={mass:.3f}")  # fmt: skip
+    return " ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sink", default="5", help="sink_init of the main experiment's warm start")
     parser.add_argument("--sweep", default="", help="further sink inits for the (a)/(d) sweep, e.g. none,2,8")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=1, help="the main experiment's arms with seeds 0..N-1")
     parser.add_argument("--routing", action="store_true", help="also run (e): bf16 engine without and with R3")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    if any(o.split("=", 1)[0] == "seed" for o in args.overrides):
+        parser.error("the seeds are 0..N-1 of --seeds N, not a seed= override")
     console = Console()
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-retrospective-"))
     base = [f"output_dir={out}", f"rl.steps={args.steps}", *args.overrides]
     summary, mass = experiment(args, base, out, console)
-    sweep = [sweep_point(args.sink, mass, summary["a"], summary["d"])]
+    sweep = [sweep_point(args.sink, mass, summary["a"][0], summary["d"][0])]
     for sink in [s for s in args.sweep.split(",") if s and s != args.sink]:
         w = warm_start(sink, base, console)
         got = {k: run_arm(f"{k}_{sink}", ARMS[k][1], w, base, console) for k in ("a", "d")}
@@ -282,10 +340,7 @@ def main() -> None:
         print(f"sweep so far: {json.dumps(sweep)}", flush=True)
     console.print("\n".join(sweep_lines(sweep)), highlight=False)
     print(f"plots: {out / 'retrospective.png'} {out / 'sink_sweep.png'}  tables: {out / 'retrospective.md'}")
-    finals = " ".join(f"{k}_final={s['final']:.3f}" for k, s in summary.items())
-    a, d = summary["a"], summary["d"]
-    print(f"RESULT {finals} a_maxgrad={a['grad']:.2f} d_maxgrad={d['grad']:.2f} a_kl={a['kl']:.3e} "
-          f"d_kl={d['kl']:.3e} sink_mass={mass:.3f}")  # fmt: skip
+    print(result_line(summary, mass))
 
 
 if __name__ == "__main__":
