@@ -131,3 +131,41 @@ def test_the_default_runs_plan_prints_its_notes_and_counts_whole() -> None:
     assert result.exit_code == 0, result.output
     assert "[rows, heads, T, T] scores" in result.output  # the note's brackets are text, not markup
     assert " M parameters" in result.output  # the micro preset counted at its scale, not "0.00 B"
+
+
+def test_attention_flops_count_the_keys_each_position_attends() -> None:
+    """2 layers (sliding window 2, full), 2 heads of 4 channels, 4 tokens: position t attends min(t, 2) keys in the
+    sliding layer (1, 2, 2, 2: mean 1.75) and t in the full one (mean 2.5); 4 FLOPs per channel and key, 8 channels:
+    4 · 8 · (1.75 + 2.5) = 136."""
+    from transformers import GptOssConfig
+
+    from harmonyrl.plan.estimate import attention_flops
+
+    config = GptOssConfig(
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=4,
+        hidden_size=8,
+        sliding_window=2,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    assert attention_flops(config, 4) == 136.0
+    assert attention_flops(config, 1) == 4 * 8 * 2  # one token attends itself in each layer
+    # long sequences: the full layer grows with the length, the sliding one stays at its window
+    assert attention_flops(config, 1000) == 4 * 8 * ((3 + 998 * 2) / 1000 + 1001 / 2)
+
+
+def test_the_update_time_grows_with_the_attended_context() -> None:
+    """Training FLOPs a token: N_active · 6 (full fine-tuning, no checkpointing) + A · 3 (attention forward and its
+    backward, no weights): the trainer's token rate at two lengths differs by exactly that."""
+    from harmonyrl.plan.estimate import active_parameters, attention_flops
+
+    run = load_config(None, ["model.preset=micro"])
+    config, label = model_config(run, None)
+    hw = lookup("h200")
+    rates = {n: plan_run(run, config, label, hw, seq_tokens=n).train_tokens_s for n in (64, 1200)}
+    n_active = active_parameters(config)
+    per_token = {n: 6 * n_active + 3 * attention_flops(config, n) for n in (64, 1200)}
+    assert rates[64] / rates[1200] == pytest.approx(per_token[1200] / per_token[64], rel=1e-12)
+    assert per_token[1200] / per_token[64] > 1.3  # micro at TextArena's ~1,200-token games: attention is no detail

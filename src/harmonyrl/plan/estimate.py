@@ -10,11 +10,17 @@ Throughput bounds, per device, with stated utilisations (:data:`TRAIN_MFU`, :dat
 :data:`BANDWIDTH_USE`; the same ones peers report as typical, not measured here on a GPU):
 
 * **decode**, batched: one step reads the dense weights once, each layer's experts that the batch's tokens touch
-  (``min(E, B · k)``), and every sequence's KV cache; it also does ``2 · N_active · B`` FLOPs; its time is the
-  larger of the two, and it yields ``B`` tokens;
-* **prefill**: ``2 · N_active`` FLOPs a token;
+  (``min(E, B · k)``), and every sequence's KV cache; it also does ``(2 · N_active + A) · B`` FLOPs; its time is
+  the larger of the two, and it yields ``B`` tokens;
+* **prefill**: ``2 · N_active + A`` FLOPs a token;
 * **training**: ``N_active`` times 2 (forward) + 2 (input gradients) + 2 (weight gradients, full fine-tuning
-  only) + 2 (recompute, with checkpointing) FLOPs a token, plus 2 for the old log-probs and 2 for the reference.
+  only) + 2 (recompute, with checkpointing) FLOPs a token, plus 2 for the old log-probs and 2 for the reference;
+  and ``A`` times 1 (forward) + 2 (backward) + 1 (recompute), plus 1 for each no-grad pass.
+
+``A`` (:func:`attention_flops`) is the attention's own forward FLOPs a token, which grow with the context: the
+scores and the weighted values, ``4 · heads · head_dim`` a key attended, averaged over the positions of a causal
+sequence of the step's length (a sliding-window layer attends at most its window). At 4k tokens it adds ~6 % to
+gpt-oss-20b's forward; on a small model with long episodes it can match the weights' FLOPs.
 
 A step is rollout (generated tokens at the decode rate, prompts at the prefill rate, or — if longer — every turn
 of one episode in series with its tool latency), the update, and the weight sync; the async pipeline overlaps
@@ -162,12 +168,15 @@ def plan_run(
         layout = Layout(fsdp, tp, tp)
     fits = memory.total <= capacity and rollout_gib * GIB <= capacity
     active = active_parameters(config)
+    attention = attention_flops(config, seq_tokens if seq_tokens is not None else run.rollout.max_seq_len)
     peak = (hardware.bf16_tflops if run.model.precision == "bf16" else hardware.fp32_tflops) * 1e12
     engine_bytes = 2.0 if colocated.engine_bytes == 2 else 4.0
-    decode = decode_rate(config, run, hardware, engine_bytes, peak) * layout.tensor_parallel
-    prefill = layout.tensor_parallel * peak * PREFILL_MFU / (2 * active)
-    per_token = active * (4 + 2 * (colocated.lora_rank is None) + 2 * colocated.checkpointing)
-    scoring = active * (2 + 2 * (colocated.reference != "none"))
+    decode = decode_rate(config, run, hardware, engine_bytes, peak, attention) * layout.tensor_parallel
+    prefill = layout.tensor_parallel * peak * PREFILL_MFU / (2 * active + attention)
+    recompute = colocated.checkpointing
+    per_token = active * (4 + 2 * (colocated.lora_rank is None) + 2 * recompute) + attention * (3 + recompute)
+    no_grad_passes = 1 + (colocated.reference != "none")
+    scoring = (2 * active + attention) * no_grad_passes
     train = layout.train_devices * peak * TRAIN_MFU / per_token
     step = step_time(run, config, decode, prefill, train, scoring / per_token, hardware, tool_latency_s,
                      (gen_tokens, seq_tokens), separate=layout.rollout_devices > 0)  # fmt: skip
@@ -211,8 +220,29 @@ def active_parameters(config: GptOssConfig) -> int:
     return int(config.num_hidden_layers * (attention + experts + h * config.num_local_experts) + config.vocab_size * h)
 
 
-def decode_rate(config: GptOssConfig, run: RunConfig, hw: Hardware, weight_bytes: float, peak: float) -> float:
-    """Tokens/s of batched decode on one device: bandwidth or FLOPs, whichever binds (module docstring)."""
+def attention_flops(config: GptOssConfig, length: float) -> float:
+    """Forward FLOPs a token of the attention itself (scores ``QKᵀ`` and weighted values ``PV``: ``2 + 2`` FLOPs per
+    query channel and key attended), averaged over the positions of a causal sequence of ``length`` tokens: position
+    ``t`` attends ``min(t, W)`` keys in a layer with sliding window ``W``, ``t`` in a full-attention layer (the sink is
+    one logit, not counted). Weights' FLOPs are :func:`active_parameters`' business."""
+    n = max(1, round(length))
+    channels = config.num_attention_heads * config.head_dim
+    types = config.layer_types or ["full_attention"] * config.num_hidden_layers
+    window = config.sliding_window or n
+
+    def mean_keys(w: int) -> float:  # (1/n) Σ_{t=1..n} min(t, w)
+        w = min(w, n)
+        return (w * (w + 1) / 2 + (n - w) * w) / n
+
+    keys = sum(mean_keys(window) if t == "sliding_attention" else mean_keys(n) for t in types)
+    return 4.0 * channels * keys
+
+
+def decode_rate(
+    config: GptOssConfig, run: RunConfig, hw: Hardware, weight_bytes: float, peak: float, attention: float = 0.0
+) -> float:
+    """Tokens/s of batched decode on one device: bandwidth or FLOPs, whichever binds (module docstring);
+    ``attention``: :func:`attention_flops` a token."""
     local = run.rollout.engine if isinstance(run.rollout.engine, LocalEngineConfig) else None
     batch = min(run.rollout.tasks_per_step * run.rollout.group_size, local.max_batch if local else 64)
     layers, experts, k = config.num_hidden_layers, config.num_local_experts, config.num_experts_per_tok
@@ -225,7 +255,8 @@ def decode_rate(config: GptOssConfig, run: RunConfig, hw: Hardware, weight_bytes
     types = config.layer_types or ["full_attention"] * layers
     kv = sum(min(context, window) if t == "sliding_attention" else context for t in types) * kv_per_token_layer
     read = dense + layers * min(experts, batch * k) * expert + batch * kv
-    seconds = max(read / (hw.bandwidth_gbs * 1e9 * BANDWIDTH_USE), 2 * active_parameters(config) * batch / peak)
+    flops = (2 * active_parameters(config) + attention) * batch
+    seconds = max(read / (hw.bandwidth_gbs * 1e9 * BANDWIDTH_USE), flops / peak)
     return batch / seconds
 
 
