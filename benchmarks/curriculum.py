@@ -243,9 +243,9 @@ def result_figures(runs: dict[str, list[Arm]]) -> str:
         final = over_seeds({i: a.test_final.success for i, a in enumerate(runs[n])})
         parts.append(f"{n}_final={final.mean:.3f} {n}_final_se={final.se:.3f}")
     if "plain" in runs:
-        plain = {str(i): a.test_final.success for i, a in enumerate(runs["plain"])}
+        plain = {i: a.test_final.success for i, a in enumerate(runs["plain"])}
         for n in (n for n in names if n != "plain"):
-            gap = paired(plain, {str(i): a.test_final.success for i, a in enumerate(runs[n])})
+            gap = paired(plain, {i: a.test_final.success for i, a in enumerate(runs[n])})
             parts.append(f"{n}_vs_plain_pp={100 * gap.mean:.1f} {n}_vs_plain_se={100 * gap.se:.1f}")
     to = {n: [a.minutes_to_target for a in runs[n]] for n in names}
     for n in names:

@@ -52,7 +52,7 @@ from harmonyrl.models.attention import set_kernel
 from harmonyrl.models.sinks import sink_mass_by_layer
 from harmonyrl.models.tiny_gpt_oss import load_model
 from harmonyrl.rollout.store import read_step, step_path
-from harmonyrl.telemetry.stats import over_seeds, paired
+from harmonyrl.telemetry.stats import Estimate, over_seeds, paired
 
 SINKLESS, EXACT = "model.attention=harmonyrl_sinkless", "model.attention=harmonyrl_sink_sdpa"
 ARMS: dict[str, tuple[str, list[str]]] = {
@@ -242,14 +242,18 @@ def sweep_point(sink: str, mass: float, a: dict[str, float], d: dict[str, float]
             "a_kl": a["kl"], "d_kl": d["kl"], "a_grad": a["grad"], "d_grad": d["grad"]}  # fmt: skip
 
 
+def pooled(finals: dict[str, list[float]]) -> dict[str, tuple[Estimate, Estimate]]:
+    """Each arm's figure over the seeds ``finals[arm][seed]``: its mean and SE, and its difference to (a) paired by
+    seed (zero for (a) itself)."""
+    a = dict(enumerate(finals["a"]))
+    return {key: (over_seeds(dict(enumerate(v))), paired(a, dict(enumerate(v)))) for key, v in finals.items()}
+
+
 def seeds_table(finals: dict[str, list[float]], labels: dict[str, str]) -> list[str]:
     """Each arm's held-out pass@1 after RL per seed, mean ± SE over the seeds, and the paired difference to (a)."""
-    a = {str(i): v for i, v in enumerate(finals["a"])}
     lines = ["| run | after RL, per seed | mean ± SE | − (a), paired by seed (pp) |", "|---|---|---|---|"]
-    for key, values in finals.items():
-        est = over_seeds(dict(enumerate(values)))
-        gap = paired(a, {str(i): v for i, v in enumerate(values)})
-        per_seed = ", ".join(f"{v:.1%}" for v in values)
+    for key, (est, gap) in pooled(finals).items():
+        per_seed = ", ".join(f"{v:.1%}" for v in finals[key])
         vs_a = "—" if key == "a" else f"{100 * gap.mean:+.1f} ± {100 * gap.se:.1f}"
         lines.append(f"| ({key}) {labels[key]} | {per_seed} | {100 * est.mean:.1f} % ± {100 * est.se:.1f} | {vs_a} |")
     return lines
@@ -294,14 +298,11 @@ def experiment(
 def result_line(summary: dict[str, list[dict[str, float]]], mass: float) -> str:
     """The RESULT line (module docstring) from every arm's per-seed summaries."""
     n = len(summary["a"])
+    pools = pooled({key: [s["final"] for s in per_seed] for key, per_seed in summary.items()})
     parts = [f"RESULT seeds={n}"]
-    for key, per_seed in summary.items():
-        est = over_seeds({i: s["final"] for i, s in enumerate(per_seed)})
-        parts.append(f"{key}_final={est.mean:.3f} {key}_final_se={est.se:.3f}")
-    a = {str(i): s["final"] for i, s in enumerate(summary["a"])}
-    for key in (k for k in summary if k != "a"):
-        gap = paired(a, {str(i): s["final"] for i, s in enumerate(summary[key])})
-        parts.append(f"{key}_vs_a_pp={100 * gap.mean:.1f} {key}_vs_a_se={100 * gap.se:.1f}")
+    parts += [f"{key}_final={est.mean:.3f} {key}_final_se={est.se:.3f}" for key, (est, _) in pools.items()]
+    parts += [f"{key}_vs_a_pp={100 * gap.mean:.1f} {key}_vs_a_se={100 * gap.se:.1f}"
+              for key, (_, gap) in pools.items() if key != "a"]  # fmt: skip
 
     def mean(key: str, figure: str) -> float:
         return sum(s[figure] for s in summary[key]) / n

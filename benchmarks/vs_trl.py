@@ -308,7 +308,7 @@ def result(runs: dict[int, dict[str, Arm]], target: float) -> str:
     both = [s for s in seeds if math.isfinite(ours_min[s]) and math.isfinite(trl_min[s]) and ours_min[s] > 0]
     speed = over_seeds({s: trl_min[s] / ours_min[s] for s in both}) if both else None
     step = over_seeds({s: trl[s].s_per_step / ours[s].s_per_step for s in seeds})
-    final = paired({str(s): trl[s].curve[-1][2] for s in seeds}, {str(s): ours[s].curve[-1][2] for s in seeds})
+    final = paired({s: trl[s].curve[-1][2] for s in seeds}, {s: ours[s].curve[-1][2] for s in seeds})
     if len(seeds) == 1:  # one seed: the difference's SE from the two evaluations' own task-clustered SEs
         final = dataclasses.replace(final, se=math.hypot(ours[seeds[0]].notes["final_se"],
                                                          trl[seeds[0]].notes["final_se"]))  # fmt: skip

@@ -72,6 +72,7 @@ def test_proportion_difference_and_paired() -> None:
     assert e.se == pytest.approx(0.1 / math.sqrt(3))
     with pytest.raises(ValueError, match="share no"):
         paired({"a": 1.0}, {"b": 1.0})
+    assert paired({0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.2, 1: 0.4, 2: 0.6}) == e  # seeds as ints: the same
 
 
 @pytest.mark.parametrize(

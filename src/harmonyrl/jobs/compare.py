@@ -158,11 +158,11 @@ def with_paired(results: list[AlgoResult]) -> list[AlgoResult]:
     pairing removes what a seed's warm start adds to every arm. One seed: the differences, without an SE."""
     if not results:
         return results
-    first = {str(seed): end for seed, (_, end) in results[0].per_seed.items()}
+    first = {seed: end for seed, (_, end) in results[0].per_seed.items()}
     out = []
     for r in results:
-        before = {str(k): b for k, (b, _) in r.per_seed.items()}
-        end = {str(k): e for k, (_, e) in r.per_seed.items()}
+        before = {k: b for k, (b, _) in r.per_seed.items()}
+        end = {k: e for k, (_, e) in r.per_seed.items()}
         gain, vs = paired(before, end), paired(first, end)
         out.append(replace(r, gain=gain.mean, gain_se=gain.se, vs_first=vs.mean, vs_first_se=vs.se))
     return out

@@ -239,7 +239,7 @@ def attention_flops(config: GptOssConfig, length: float) -> float:
 
 
 def decode_rate(
-    config: GptOssConfig, run: RunConfig, hw: Hardware, weight_bytes: float, peak: float, attention: float = 0.0
+    config: GptOssConfig, run: RunConfig, hw: Hardware, weight_bytes: float, peak: float, attention: float
 ) -> float:
     """Tokens/s of batched decode on one device: bandwidth or FLOPs, whichever binds (module docstring);
     ``attention``: :func:`attention_flops` a token."""

@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 LEARNED_GAIN = 0.10
 """A test-split gain must exceed this (10 points of pass@1) to count as learned ..."""
@@ -100,7 +101,11 @@ def difference(before: Estimate, after: Estimate) -> Estimate:
                     min(before.clusters, after.clusters))  # fmt: skip
 
 
-def paired(a: Mapping[str, float], b: Mapping[str, float]) -> Estimate:
+Unit = TypeVar("Unit", str, int)
+"""What two paired arms share: a task id or a seed."""
+
+
+def paired(a: Mapping[Unit, float], b: Mapping[Unit, float]) -> Estimate:
     """Paired comparison of two arms that share units (tasks or seeds): mean and SE of ``b[k] − a[k]`` over the
     keys both have. Pairing removes what the unit adds to both arms (an easy task, a lucky seed)."""
     keys = sorted(a.keys() & b.keys())
