@@ -25,7 +25,7 @@ from harmonyrl.engine.vllm_check import check_server
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.faults import inject_faults
 from harmonyrl.errors import CheckpointError, NoHeldOutTasks
-from harmonyrl.harmony.codecs import RunCodec, vocab_mismatch
+from harmonyrl.harmony.codecs import RunCodec, load_codec, vocab_mismatch
 from harmonyrl.learn.device import base_dtype, free_bytes, resolve_device
 from harmonyrl.learn.footprint import check_fits
 from harmonyrl.models import grad_checkpointing
@@ -46,7 +46,9 @@ from harmonyrl.models.tiny_gpt_oss import build_config, build_model, check_max_s
 from harmonyrl.rollout.agent_loop import EpisodeLimits
 from harmonyrl.run.evaluate import evaluate
 from harmonyrl.run.folder import clear_for_overwrite
+from harmonyrl.run.opponent import CheckpointPlayer
 from harmonyrl.run.resume import Progress, load_progress, plan_rewind, rewind_files
+from harmonyrl.tasks.ecosystems.textarena_config import TextArenaEnvConfig
 from harmonyrl.tasks.factory import make_factory as make_env_factory
 from harmonyrl.telemetry.metrics import JsonlWriter
 from harmonyrl.telemetry.writers import (
@@ -119,12 +121,39 @@ def prepare_run_dir(config: RunConfig, overwrite: bool = False) -> Path:
 def make_factory(config: RunConfig) -> EnvFactory:
     """The run's environments: built here, or (``scale.ray``) in Ray env workers that build their own from the
     same config; this process's factory then only lists the tasks. Close it with ``close_env_pool``."""
-    factory = make_env_factory(config.env, config.seed)
     if not config.scale.ray:
-        return factory
+        return env_factory(config)
     from harmonyrl.distributed.ray_cluster import start_env_pool  # Ray is imported only when asked for
 
-    return start_env_pool(config.scale, functools.partial(make_env_factory, config.env, config.seed), factory)
+    lister = make_env_factory(config.env, config.seed)  # lists the tasks only: no opponent to load here
+    return start_env_pool(config.scale, functools.partial(env_factory, config), lister)
+
+
+def env_factory(config: RunConfig) -> EnvFactory:
+    """The env config's factory, with what only the run can build: a checkpoint opponent's player."""
+    env = config.env
+    if not isinstance(env, TextArenaEnvConfig) or (folder := env.opponent_checkpoint) is None:
+        return make_env_factory(env, config.seed)
+    return make_env_factory(env, config.seed, opponent_player(config, folder, env.opponent_temperature))
+
+
+def opponent_player(config: RunConfig, folder: Path, temperature: float) -> CheckpointPlayer:
+    """``env.opponent=<folder>``: the checkpoint loaded (fitting the run's tokenizer and episode length, else one
+    line), on its own embedded engine with the run's engine settings where it has them, and the player on it."""
+    tok = load_codec(config.model.tokenizer)
+    r = config.rollout
+    local = r.engine if isinstance(r.engine, LocalEngineConfig) else LocalEngineConfig()  # never the policy's server
+    device, dtype = resolve_device(config.device), _local_dtype(local)
+    engine = LocalEngine(
+        load_for(folder, tok, r.max_seq_len, dtype, device),
+        max_batch=local.max_batch,
+        max_seq_len=r.max_seq_len,
+        dtype=dtype,
+        kernel=local.kernel if device.type == "cpu" else "torch",
+        device=device,
+    )
+    limits = EpisodeLimits(r.max_turns, r.max_new_tokens, r.max_seq_len, r.episode_timeout_s)
+    return CheckpointPlayer(engine, tok, temperature, limits)
 
 
 def with_faults(factory: EnvFactory, faults: FaultInjectionConfig, step: int) -> EnvFactory:

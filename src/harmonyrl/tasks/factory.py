@@ -15,6 +15,8 @@ from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.tasks.config import CustomEnvConfig, EnvConfig, RelayEnvConfig
 from harmonyrl.tasks.custom import Expert, custom_expert, require_env_ok
+from harmonyrl.tasks.ecosystems.textarena_config import TextArenaEnvConfig
+from harmonyrl.tasks.ecosystems.textarena_seats import SeatPlayer
 
 RELAY_NO_USER_EXPERT = (
     "env.name=relay warm-starts each role from its own scripted expert: sft.expert is not supported with it "
@@ -22,9 +24,15 @@ RELAY_NO_USER_EXPERT = (
 )
 
 
-def make_factory(env: EnvConfig, seed: int) -> EnvFactory:
-    """The factory for ``env``, its episodes wrapped with the notes tools when ``env.memory`` is set."""
-    factory = env.build_factory(seed)
+def make_factory(env: EnvConfig, seed: int, opponent: SeatPlayer | None = None) -> EnvFactory:
+    """The factory for ``env``, its episodes wrapped with the notes tools when ``env.memory`` is set. ``opponent``:
+    the player of a TextArena game's checkpoint opponent (``env.opponent=<folder>``; the run builds it)."""
+    if opponent is None:
+        factory = env.build_factory(seed)
+    elif isinstance(env, TextArenaEnvConfig):
+        factory = env.build_factory(seed, opponent)
+    else:
+        raise ValueError(f"env.name={env.name} has no seat for an opponent")
     if env.memory:
         from harmonyrl.envs.memory import with_memory
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fakes import ScriptedEngine
+from harmonyrl.envs.base import Env
 from harmonyrl.envs.checker import check_env, errors
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.harmony.render import render_completion, render_training
@@ -23,13 +24,14 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.rollout.agent_loop import EpisodeLimits, initial_messages, run_episode
 from harmonyrl.rollout.scheduler import group_requests
 from harmonyrl.rollout.team import role_metrics, run_rollouts
-from harmonyrl.types import ROLE_TERM, Message, SamplingParams
+from harmonyrl.types import ROLE_TERM, Message, SamplingParams, Task, Trajectory
 from tiny_run import tiny_run
 
 pytest.importorskip("textarena", reason="textarena is not installed (pip install 'harmonyrl[textarena]')")
 
-from harmonyrl.tasks.ecosystems.textarena_duel import DuelFactory, SelfPlayFactory
-from harmonyrl.tasks.ecosystems.textarena_seats import SeatEnv
+from harmonyrl.run.opponent import CheckpointPlayer
+from harmonyrl.tasks.ecosystems.textarena_duel import DuelFactory, PlayerSeat, SelfPlayFactory
+from harmonyrl.tasks.ecosystems.textarena_seats import SeatEnv, SeatPlayer
 
 TOK = HarmonyTokenizer.load_default()
 GAME = "TicTacToe-v0-train"
@@ -176,6 +178,72 @@ def test_a_game_crash_masks_every_seat_with_its_class(
         assert t.failure is not None and "step raised KeyError" in t.failure.detail and t.reward == 0.0
 
 
+def against_player(player: SeatPlayer) -> DuelFactory:
+    return DuelFactory(GAME, "runs/opponent", n_train=8, n_val=4, n_test=4, player=player)
+
+
+def play_seat(env: Env, task: Task) -> Trajectory:
+    """The policy's episode at ``env`` (lowest-cell play), closed as the scheduler closes it."""
+
+    async def play() -> Trajectory:
+        try:
+            return await run_episode(lowest_move_engine(), env, TOK, PARAMS, LIMITS, task_id=task.id, group_id=0,
+                                     seed=0)  # fmt: skip
+        finally:
+            await env.close()
+
+    return asyncio.run(asyncio.wait_for(play(), 60))
+
+
+def test_a_checkpoint_opponent_plays_its_seat_as_an_episode_of_its_own() -> None:
+    """The opponent's seat runs through the agent loop on its own engine (a scripted one here, as a checkpoint's
+    would): the policy's trajectory is token-exact, shows the opponent's moves, and the game ends by its rules."""
+    duel = against_player(CheckpointPlayer(lowest_move_engine(), TOK, 1.0, LIMITS))
+    for task in duel.tasks("test")[:4]:
+        seat = duel.role_of(task.id)
+        env = duel.make(task)
+        assert isinstance(env, PlayerSeat)
+        traj = play_seat(env, task)
+        assert traj.terminated and traj.failure is None and traj.parity_mismatches == 0
+        # lowest-cell play on both seats: X (seat 0) wins on the 2-4-6 diagonal, as in self-play
+        assert traj.reward == (1.0 if seat == 0 else 0.0) and traj.reward_terms["seat"] == float(seat)
+        assert traj.reward_terms["opponent_forfeit"] == 0.0 and env.table.match.over
+        assert traj.reward_terms["moves"] == (4.0 if seat == 0 else 3.0)
+        if seat == 1:  # the opponent's moves, made by its own episode, come back as the tool's results
+            assert "in cell 2" in traj.turns[0].observations[0].content
+    assert {duel.role_of(t.id) for t in duel.tasks("test")[:4]} == {0, 1}
+
+
+def test_an_opponent_that_raises_is_an_env_fault_and_one_that_stops_forfeits() -> None:
+    async def raises(env: Env, seed: int) -> None:
+        raise RuntimeError("engine fell over")
+
+    async def stops(env: Env, seed: int) -> None:
+        await env.reset()  # and never moves: its episode ends with the game unfinished
+
+    crash = against_player(raises)
+    task = next(t for t in crash.tasks("test") if crash.role_of(t.id) == 0)
+    traj = play_seat(crash.make(task), task)
+    assert traj.failure is not None and "the opponent raised RuntimeError: engine fell over" in traj.failure.detail
+    quits = against_player(stops)
+    traj = play_seat(quits.make(task), task)
+    assert traj.failure is None and traj.reward == 1.0 and traj.reward_terms["opponent_forfeit"] == 1.0
+
+
+def test_a_checkpoint_opponent_is_checked_when_the_config_is_read(tmp_path: Path) -> None:
+    from harmonyrl.config import load_config
+
+    base = ["env.name=textarena", "env.game=TicTacToe-v0"]
+    for overrides, message in (
+        (["env.opponent=/no/such/ckpt"], "'/no/such/ckpt' is not a checkpoint folder"),
+        ([f"env.opponent={tmp_path}"], "is not a checkpoint folder"),
+        (["env.opponent=random", "env.opponent_temperature=0"], "opponent_temperature is a checkpoint opponent's"),
+    ):
+        with pytest.raises(Exception, match=message) as e:
+            load_config(None, [*base, *overrides])
+        assert "\n" not in str(e.value).strip().splitlines()[-1]
+
+
 def test_both_factories_pass_check_env(selfplay: SelfPlayFactory, duel: DuelFactory) -> None:
     assert errors(check_env(duel, n_tasks=2)) == []
     assert errors(check_env(selfplay, n_tasks=2)) == []
@@ -186,10 +254,9 @@ def test_both_factories_pass_check_env(selfplay: SelfPlayFactory, duel: DuelFact
     [
         (["env.game=NoSuchGame-v0", "env.opponent=random"], "is not a TextArena .* game"),
         (["env.game=Wordle-v0", "env.opponent=random"], r"needs data downloaded at run time \(nltk .*\): refused"),
-        (["env.game=TicTacToe-v0"], "is a two-player game: set env.opponent to self .* or random"),
+        (["env.game=TicTacToe-v0"], "is a two-player game: set env.opponent to self .* random .* checkpoint folder"),
         (["env.game=GuessTheNumber-v0", "env.opponent=self"], "is a one-player game; leave it unset"),
         (["env.game=TicTacToe-v0", "env.opponent=greedy"], "'greedy' is not an opponent"),
-        (["env.game=TicTacToe-v0", "env.opponent=/no/such/ckpt"], "'/no/such/ckpt': no such checkpoint folder"),
         (["env.game=ThreePlayerTicTacToe-v0", "env.opponent=self"], "three or more players are not supported"),
     ],
 )
@@ -222,6 +289,22 @@ def test_a_nano_self_play_run_trains_both_seats_and_logs_them_apart(tmp_path: Pa
         assert r["team/seat0/episodes"] == r["team/seat1/episodes"] == 4.0
     evals = [r for r in rows if r["phase"] == "eval"]
     assert len(evals) == 2 and all(r["eval_team/seat1/episodes"] == 2.0 for r in evals)
+
+
+def test_a_nano_run_against_a_checkpoint_trains_one_seat_and_a_bad_folder_is_one_line(tmp_path: Path) -> None:
+    nano_train(tmp_path / "a", "env.opponent=random")
+    final = tmp_path / "a" / "t" / "checkpoints" / "final"
+    rows = nano_train(tmp_path / "b", f"env.opponent={final}", "env.opponent_temperature=0.5")
+    rl = [r for r in rows if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2]
+    for r in rl:  # only the policy's seat is an episode of the run: the checkpoint's are thrown away
+        assert r["rollout/episodes"] == 4.0 and r["team/seat0/episodes"] + r["team/seat1/episodes"] == 4.0
+    assert "opponent_temperature: 0.5" in (tmp_path / "b" / "t" / "config.yaml").read_text()
+    config = tiny_run("env.name=textarena", f"env.game={GAME}", f"env.opponent={tmp_path}", "threads=1")
+    bad = subprocess.run([sys.executable, "-m", "harmonyrl.cli", "train", *config, f"output_dir={tmp_path / 'c'}"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bad.returncode != 0 and "not a checkpoint folder (no config.json inside)" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr + bad.stdout and not (tmp_path / "c").exists()
 
 
 def test_a_nano_run_against_the_random_opponent_logs_each_seat(tmp_path: Path) -> None:

@@ -6,6 +6,10 @@ task's seat (seed parity: half the games it moves first, half second), the ``ran
 tagged with their seat by their task (:class:`~harmonyrl.envs.team.SeatTagged`), so each seat gets its win / draw /
 loss rates.
 
+``env.opponent=<checkpoint folder>``: a fixed earlier policy on the other seat, playing it as an episode of its own
+(:class:`PlayerSeat`; the run builds the player, :mod:`harmonyrl.run.opponent`): it sees what a policy seat sees, so a
+checkpoint trained on the game plays as it learned to. Only the policy's seat is trained.
+
 ``env.opponent=self``: one shared policy on both seats (:class:`~harmonyrl.envs.team.SeatedTeam`): each game is two
 episodes played at once (:mod:`harmonyrl.rollout.seats`), each seat's turns its own trajectory and its own outcome,
 trained like a team's roles.
@@ -18,6 +22,7 @@ strategy: winning more than chance is RL's to learn.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -29,11 +34,11 @@ from harmonyrl.envs.team import RoleExpert
 from harmonyrl.envs.tools import observation
 from harmonyrl.tasks.ecosystems.splits import three_way_split
 from harmonyrl.tasks.ecosystems.textarena_match import SEATS, Match, listed_moves, random_move
-from harmonyrl.tasks.ecosystems.textarena_seats import Opponent, SeatEnv, Table
-from harmonyrl.types import Message, Split, Task
+from harmonyrl.tasks.ecosystems.textarena_seats import Opponent, SeatEnv, SeatPlayer, Table
+from harmonyrl.types import Message, Split, StepResult, Task, ToolSpec
 
 ROLES = tuple(f"seat{i}" for i in range(SEATS))
-ROLE_TERMS = ("win", "draw", "loss", "invalid_moves", "format_error", "moves")
+ROLE_TERMS = ("win", "draw", "loss", "invalid_moves", "format_error", "moves", "opponent_forfeit")
 """Reward terms averaged per seat into the metrics (``team/seat0/win`` …)."""
 _TASK = re.compile(r" seed (\d+), seat (\d+)$")
 
@@ -87,6 +92,62 @@ def seat_env(task: Task, game: str, seat: int) -> SeatEnv:
     return SeatEnv(task, Table(Match(game, seed), others), seat)
 
 
+def player_seed(seed: int) -> int:
+    """The sampling seed of a checkpoint opponent in the game at ``seed`` (a game replays move for move)."""
+    return random.Random(f"player:{seed}").getrandbits(31)
+
+
+PLAYER_GRACE_S = 60.0
+"""How long closing a seat waits for the opponent's episode to end once the game is over (it has one turn left to
+read its verdict, if that); past it the opponent's episode is cancelled."""
+
+
+class PlayerSeat:
+    """The policy's seat of a game whose other seat a :data:`~.textarena_seats.SeatPlayer` plays as its own episode,
+    at one table: resetting it starts the opponent's episode beside it, closing it ends both. The opponent's seat
+    closes when its episode ends (one that ends with the game unfinished forfeits it, as a policy seat does); a player
+    that raises makes the game an environment fault for the policy (the class and message are the fault's)."""
+
+    def __init__(self, task: Task, game: str, seat: int, player: SeatPlayer) -> None:
+        seed, _ = seed_and_seat(task)
+        self.table = Table(Match(game, seed), {})
+        self._mine, self._theirs = SeatEnv(task, self.table, seat), SeatEnv(task, self.table, 1 - seat)
+        self._player, self._seed = player, player_seed(seed)
+        self._playing: asyncio.Task[None] | None = None
+
+    @property
+    def tools(self) -> Sequence[ToolSpec]:
+        return self._mine.tools
+
+    @property
+    def instructions(self) -> str:
+        return self._mine.instructions
+
+    async def _play(self) -> None:
+        try:
+            await self._player(self._theirs, self._seed)
+        except Exception as e:  # the opponent's engine or harness: never the policy's doing
+            await self.table.fail(f"the opponent raised {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+        finally:
+            await self._theirs.close()
+
+    async def reset(self) -> list[Message]:
+        if self._playing is None:
+            self._playing = asyncio.create_task(self._play())
+        return await self._mine.reset()
+
+    async def step(self, action: Sequence[Message]) -> StepResult:
+        return await self._mine.step(action)
+
+    async def close(self) -> None:
+        await self._mine.close()  # the game is over now (a forfeit if unfinished), which wakes the opponent
+        if self._playing is not None and not self._playing.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._playing), PLAYER_GRACE_S)
+            except TimeoutError:
+                self._playing.cancel()
+
+
 def expert_demo(task: Task, rng: random.Random, game: str, seat: int) -> list[Message]:
     """``seat``'s demonstration against the random opponent: uniformly random listed moves, each result exactly what
     :class:`~.textarena_seats.Table` returns (the same :class:`Match` steps, in the same order); it ends on the
@@ -120,20 +181,32 @@ class DuelFactory:
     role_terms: tuple[str, ...] = ROLE_TERMS
 
     def __init__(
-        self, game: str, opponent: str = "random", n_train: int = 2000, n_val: int = 200, n_test: int = 200
+        self,
+        game: str,
+        opponent: str = "random",
+        n_train: int = 2000,
+        n_val: int = 200,
+        n_test: int = 200,
+        player: SeatPlayer | None = None,
     ) -> None:
-        if opponent != "random":
-            raise UserCodeError(f"env.opponent '{opponent}': a fixed opponent is 'random' (or self-play: 'self')")
         check_playable(game)
         self.game = game
+        self.opponent = opponent
+        """``random``, or a checkpoint folder whose ``player`` the run built (:mod:`harmonyrl.run.opponent`)."""
+        self._player = player
         self._splits = seeded_tasks(game, n_train, n_val, n_test)
         self._seats = {t.id: seed_and_seat(t)[1] for split in self._splits.values() for t in split}
 
     def tasks(self, split: Split) -> Sequence[Task]:
         return self._splits[split]
 
-    def make(self, task: Task) -> SeatEnv:
-        return seat_env(task, self.game, seed_and_seat(task)[1])
+    def make(self, task: Task) -> SeatEnv | PlayerSeat:
+        seat = seed_and_seat(task)[1]
+        if self.opponent == "random":
+            return seat_env(task, self.game, seat)
+        if self._player is None:  # a factory that only lists tasks (a Ray driver's) is never asked for an episode
+            raise RuntimeError(f"env.opponent={self.opponent}: the run builds its player (harmonyrl.run.setup)")
+        return PlayerSeat(task, self.game, seat, self._player)
 
     def role_of(self, task_id: str) -> int | None:
         """The seat the policy plays in the task's game (per-seat metrics)."""

@@ -21,13 +21,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from harmonyrl.envs.base import Env
 from harmonyrl.envs.tools import Tool, Toolbox, ToolInfraError
 from harmonyrl.envs.turns import ToolTurns
 from harmonyrl.tasks.ecosystems.textarena_match import Match
 from harmonyrl.types import Message, StepResult, Task, ToolSpec
 
 Opponent = Callable[[str], Awaitable[str]]
-"""A fixed opponent: the seat's whole observation so far in, its move out."""
+"""A fixed opponent played inside the table: the seat's whole observation so far in, its move out."""
+SeatPlayer = Callable[[Env, int], Awaitable[None]]
+"""A fixed policy that plays a seat as an episode of its own (a checkpoint: ``env.opponent=<folder>``): the seat's
+env and a sampling seed in; it plays until the episode ends and leaves closing the env to its caller."""
 INSTRUCTIONS = (
     "You are playing a two-player game. Make each move by calling the move tool with your move as the game asks "
     "for it; the result shows your opponent's reply. Keep moving until the game is over."
@@ -59,6 +63,12 @@ class Table:
         while not self.match.over and self.crash is None and self.match.current in self._opponents:
             seat = self.match.current
             self._step(seat, await self._opponents[seat](self.match.observation(seat)))
+
+    async def fail(self, reason: str) -> None:
+        """Something outside the game broke the table (a seat's player raised): every seat's episode is a fault."""
+        async with self._cond:
+            self.crash = self.crash or reason
+            self._cond.notify_all()
 
     def _raise_crash(self) -> None:
         if self.crash is not None:
