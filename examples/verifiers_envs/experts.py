@@ -1,4 +1,4 @@
-"""Scripted experts for the two example verifiers environments (harmonyrl's SFT warm start: ``sft.expert``).
+"""Scripted experts for the example verifiers environments (harmonyrl's SFT warm start: ``sft.expert``).
 
 A verifiers taskset ships no demonstrations; these read each task's reference answer as the built-in experts do,
 imperfect on purpose (a guess without the tool 1 time in 5; the right number in a sentence 3 times in 10), so RL
@@ -25,6 +25,14 @@ def sum_expert(task: Task, rng: random.Random, p_right: float = 0.8, p_verbose: 
     """vf_sum: the sum (or a plausible wrong one, or the sum in a sentence)."""
     if rng.random() >= p_right:
         return [Message("assistant", guess_answer(int(task.answer), rng), channel="final")]
+    return [_final(task, rng, p_verbose)]
+
+
+def max_expert(task: Task, rng: random.Random, p_right: float = 0.8, p_verbose: float = 0.3) -> list[Message]:
+    """vf_max: the larger number (or, 1 time in 5, the smaller one; or the right one in a sentence)."""
+    if rng.random() >= p_right:
+        numbers = [int(n) for n in re.findall(r"\d+", task.prompt)]
+        return [Message("assistant", str(min(numbers)), channel="final")]
     return [_final(task, rng, p_verbose)]
 
 

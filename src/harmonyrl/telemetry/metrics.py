@@ -1,6 +1,7 @@
 """Metrics: per-step summaries of rollouts and a JSONL writer (one JSON object per line, flushed per write).
 
-Keys are namespaced: ``rollout/`` (what the agent did), ``env/`` (environment faults by class),
+Keys are namespaced: ``rollout/`` (what the agent did; ``rollout/terms/<name>``: each reward term the env reports),
+``env/`` (environment faults by class),
 ``train/`` (the update), ``mismatch/`` (sampler vs trainer), ``time/`` (where the wall clock went),
 ``eval/`` (held-out).
 """
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from harmonyrl.types import Trajectory
+from harmonyrl.types import ROLE_TERM, Trajectory
 
 
 def summarize_rollouts(trajs: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, float]:
@@ -41,7 +42,17 @@ def summarize_rollouts(trajs: Sequence[Trajectory], prefix: str = "rollout") -> 
     }
     for kind, count in sorted(failures.items()):
         out[f"env/failure_{kind}"] = float(count)
+    out.update(term_means(ok, prefix))
     return out
+
+
+def term_means(ok: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """``<prefix>/terms/<name>``: each reward term the env reported (a verifiers ``@vf.reward``/``@vf.metric``, a
+    game's ``win`` or ``invalid_moves`` …), averaged over the episodes that ran without a fault, an episode that did
+    not report it counting 0 (one cut short before the env scored it reported nothing). The seat index is left out."""
+    names = sorted({k for t in ok for k in t.reward_terms if k != ROLE_TERM})
+    m = max(len(ok), 1)
+    return {f"{prefix}/terms/{k}": sum(t.reward_terms.get(k, 0.0) for t in ok) / m for k in names}
 
 
 def time_split(trajs: Sequence[Trajectory]) -> dict[str, float]:

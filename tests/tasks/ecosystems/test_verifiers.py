@@ -1,5 +1,5 @@
 """The verifiers adapter against the real package (harmonyrl[verifiers]) and the two example environments a
-verifiers user would write (examples/verifiers_envs: vf_sum, one turn; vf_calc, several turns with a python
+verifiers user would write (examples/verifiers_envs: vf_sum and vf_max, one turn; vf_calc, several turns with a python
 function tool)."""
 
 from __future__ import annotations
@@ -84,6 +84,30 @@ def test_a_single_turn_task_is_scored_by_its_own_reward_logged_as_a_term(sums: V
     assert right.info["metric/reply_chars"] == len(task.answer) and right.info["correct"] == 1.0
     (wrong,) = play(sums, 0, final(f"The answer is {task.answer}."))
     assert wrong.reward == 0.0 and wrong.info["reward/correct"] == 0.0
+
+
+def test_vf_max_scores_only_the_larger_number_and_its_expert_errs_by_the_smaller(
+    examples_importable: None,
+) -> None:
+    maxes = VerifiersFactory("vf_max", {"num_tasks": 40})
+    task = maxes.tasks("train")[0]
+    data = maxes.vf_task(task).data
+    a, b = (n for n in task.prompt.removeprefix("Which is larger, ").removesuffix("?").split(" or "))
+    assert data.answer == str(max(int(a), int(b))) and data.smaller == str(min(int(a), int(b))) != data.answer
+    (right,) = play(maxes, 0, final(f" {data.answer}\n"))
+    assert right.reward == 1.0 and right.info["metric/took_smaller"] == 0.0
+    (smaller,) = play(maxes, 0, final(data.smaller))
+    assert smaller.reward == 0.0 and smaller.info["metric/took_smaller"] == 1.0
+    for reply in ("", f"{a} or {b}", f"{data.answer} {data.smaller}", f"The answer is {data.answer}.", task.prompt):
+        (wrong,) = play(maxes, 0, final(reply))
+        assert wrong.reward == 0.0, reply
+    from experts import max_expert
+
+    rng = random.Random(0)
+    replies = [(max_expert(t, rng)[0].content, maxes.vf_task(t).data) for t in maxes.tasks("train") for _ in range(5)]
+    took_smaller = sum(reply == data.smaller for reply, data in replies) / len(replies)
+    in_a_sentence = sum(not reply.isdigit() for reply, _ in replies) / len(replies)
+    assert 0.1 < took_smaller < 0.3 and 0.15 < in_a_sentence < 0.35  # 1 time in 5; 3 in 10 of the rest
 
 
 def test_the_tool_is_the_toolsets_python_function_with_mcps_schema(calc: VerifiersFactory) -> None:
