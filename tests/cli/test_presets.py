@@ -108,7 +108,7 @@ def test_presets_command_and_preset_list(folder: Path) -> None:
 
 def test_shipped_presets_are_valid_configs_with_descriptions() -> None:
     shipped = available()
-    assert {"fast", "stable"} <= {p.name for p in shipped}
+    assert "fast" in {p.name for p in shipped}
     for p in shipped:  # every YAML in the folder, whoever added it: a -c file the schema accepts
         assert p.description, f"preset {p.name} has no description comment"
         load_config(None, [], [p.path])
