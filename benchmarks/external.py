@@ -37,7 +37,15 @@ from harmonyrl.config import load_config
 from harmonyrl.tasks.factory import make_factory
 
 ROWS_DIR = Path(__file__).resolve().parent / "external"
-ROWS = ("rg_letter_counting", "rg_syllogism", "vf_calc", "vf_max", "ta_tictactoe", "ta_kuhnpoker", "ta_kuhnpoker_vs_ckpt")
+ROWS = (
+    "rg_letter_counting",
+    "rg_syllogism",
+    "vf_calc",
+    "vf_max",
+    "ta_tictactoe",
+    "ta_kuhnpoker",
+    "ta_kuhnpoker_vs_ckpt",  # plays ta_kuhnpoker's final checkpoint: after it
+)
 """The rows, in the order they run."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verifiers_envs"
 """The example verifiers environments (``vf_calc``), importable by the runs this script starts."""

@@ -156,7 +156,8 @@ def role_metrics(factory: EnvFactory, trajectories: Sequence[Trajectory], prefix
     roles: tuple[str, ...] = factory.roles
     for i, role in enumerate(roles):
         mine = [t for t in trajectories if role_of(t) == i]
-        out |= {k: v for k, v in summarize_rollouts(mine, f"{prefix}/{role}").items() if not k.startswith("env/")}
+        summary = summarize_rollouts(mine, f"{prefix}/{role}")  # the env's terms: the role_terms below, once
+        out |= {k: v for k, v in summary.items() if not k.startswith("env/") and "/terms/" not in k}
         ok = [t for t in mine if t.failure is None]
         for term in terms:
             have = [t.reward_terms[term] for t in ok if term in t.reward_terms]

@@ -228,6 +228,11 @@ def test_an_opponent_that_raises_is_an_env_fault_and_one_that_stops_forfeits() -
     quits = against_player(stops)
     traj = play_seat(quits.make(task), task)
     assert traj.failure is None and traj.reward == 1.0 and traj.reward_terms["opponent_forfeit"] == 1.0
+    lister = DuelFactory(GAME, "runs/opponent", n_train=8, n_val=4, n_test=4)  # no player: tasks and tools only
+    env = lister.make(task)
+    assert [spec.name for spec in env.tools] == ["move"]
+    with pytest.raises(RuntimeError, match="no player to play it"):
+        asyncio.run(env.reset())
 
 
 def test_a_checkpoint_opponent_is_checked_when_the_config_is_read(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ class PlayerSeat:
     closes when its episode ends (one that ends with the game unfinished forfeits it, as a policy seat does); a player
     that raises makes the game an environment fault for the policy (the class and message are the fault's)."""
 
-    def __init__(self, task: Task, game: str, seat: int, player: SeatPlayer) -> None:
+    def __init__(self, task: Task, game: str, seat: int, player: SeatPlayer | None) -> None:
         seed, _ = seed_and_seat(task)
         self.table = Table(Match(game, seed), {})
         self._mine, self._theirs = SeatEnv(task, self.table, seat), SeatEnv(task, self.table, 1 - seat)
@@ -124,6 +124,7 @@ class PlayerSeat:
         return self._mine.instructions
 
     async def _play(self) -> None:
+        assert self._player is not None
         try:
             await self._player(self._theirs, self._seed)
         except Exception as e:  # the opponent's engine or harness: never the policy's doing
@@ -132,6 +133,8 @@ class PlayerSeat:
             await self._theirs.close()
 
     async def reset(self) -> list[Message]:
+        if self._player is None:  # a factory that only lists tasks and tools (a Ray driver's, a benchmark's)
+            raise RuntimeError("env.opponent=<checkpoint>: no player to play it (the run builds one: run/setup.py)")
         if self._playing is None:
             self._playing = asyncio.create_task(self._play())
         return await self._mine.reset()
@@ -204,8 +207,6 @@ class DuelFactory:
         seat = seed_and_seat(task)[1]
         if self.opponent == "random":
             return seat_env(task, self.game, seat)
-        if self._player is None:  # a factory that only lists tasks (a Ray driver's) is never asked for an episode
-            raise RuntimeError(f"env.opponent={self.opponent}: the run builds its player (harmonyrl.run.setup)")
         return PlayerSeat(task, self.game, seat, self._player)
 
     def role_of(self, task_id: str) -> int | None:
