@@ -319,3 +319,54 @@ def test_a_nano_run_against_the_random_opponent_logs_each_seat(tmp_path: Path) -
     for r in rl:
         assert r["rollout/episodes"] == 4.0
         assert r["team/seat0/episodes"] + r["team/seat1/episodes"] == 4.0
+
+
+@pytest.mark.slow
+def test_a_run_against_a_checkpoint_killed_and_resumed_equals_the_uninterrupted_one(tmp_path: Path) -> None:
+    """The opponent's moves are a function of the game's seed and what it saw: a resumed run replays them."""
+    import os
+    import signal
+    import time
+
+    base = tiny_run(
+        "env.name=textarena",
+        f"env.game={GAME}",
+        "env.n_val=4",
+        "rollout.max_seq_len=1024",
+        "eval.n_tasks=2",
+        "eval.samples_per_task=1",
+        "rl.skip_zero_variance_groups=false",
+        "threads=1",
+    )
+    # a warm start that makes moves: greedy always, sampled about half the time (measured; nano, 100 SFT steps)
+    warm = [*base, "env.opponent=random", "sft.steps=100", "sft.lr=3e-3", "sft.batch_size=8", "rl.steps=0"]
+    cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *warm, f"output_dir={tmp_path}", "run_name=warm"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+    checkpoint = tmp_path / "warm" / "checkpoints" / "sft"
+    config = [*base, f"env.opponent={checkpoint}", "env.opponent_temperature=0", f"model.init_from={checkpoint}",
+              "sft.steps=0", "rl.steps=4"]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    train = [sys.executable, "-m", "harmonyrl.cli", "train", *config, f"output_dir={tmp_path}"]
+    subprocess.run([*train, "run_name=whole"], env=env, check=True, capture_output=True, timeout=600)
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([*train, "run_name=cut"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics, deadline = cut / "metrics.jsonl", time.monotonic() + 600
+    while time.monotonic() < deadline and (not metrics.is_file() or metrics.read_text().count('"phase": "rl"') < 2):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "summary.json").exists(), "the run finished before it could be killed"
+    resumed = subprocess.run([sys.executable, "-m", "harmonyrl.cli", "train", "--resume", str(cut)], env=env,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0 and "resuming after rl step" in resumed.stdout, resumed.stdout + resumed.stderr
+
+    def rows(run: Path) -> list[dict[str, object]]:
+        keep = lambda k: not k.startswith(("time/", "engine/")) and "tokens_per_s" not in k  # noqa: E731
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if keep(k)} for line in lines]
+
+    assert rows(cut) == rows(tmp_path / "whole")
+    episodes = (cut / "rollouts" / "episodes.jsonl").read_text()
+    assert episodes == (tmp_path / "whole" / "rollouts" / "episodes.jsonl").read_text()
+    moves = [json.loads(line)["reward_terms"].get("moves", 0.0) for line in episodes.splitlines()]
+    assert any(m > 0 for m in moves), "no move was made: the games did not exercise the opponent"
