@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import functools
 import random
+from typing import TYPE_CHECKING
 
 from harmonyrl.envs.base import EnvFactory
 from harmonyrl.envs.loader import UserCodeError
 from harmonyrl.tasks.config import CustomEnvConfig, EnvConfig, RelayEnvConfig
 from harmonyrl.tasks.custom import Expert, custom_expert, require_env_ok
 from harmonyrl.tasks.ecosystems.textarena_config import TextArenaEnvConfig
-from harmonyrl.tasks.ecosystems.textarena_seats import SeatPlayer
+
+if TYPE_CHECKING:
+    from harmonyrl.tasks.ecosystems.textarena_seats import SeatPlayer
 
 RELAY_NO_USER_EXPERT = (
     "env.name=relay warm-starts each role from its own scripted expert: sft.expert is not supported with it "
