@@ -47,6 +47,9 @@ ROWS = (
     "ta_kuhnpoker_vs_ckpt",  # plays ta_kuhnpoker's final checkpoint: after it
 )
 """The rows, in the order they run."""
+OPPONENT_ROW = {"ta_kuhnpoker_vs_ckpt": "ta_kuhnpoker"}
+"""Rows whose fixed opponent is another row's final checkpoint in the same ``--out`` (``env.opponent=<folder>``, set
+here: the row's file names ``random`` so it reads as a config anywhere); that row must have run first."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verifiers_envs"
 """The example verifiers environments (``vf_calc``), importable by the runs this script starts."""
 
@@ -82,7 +85,12 @@ def main() -> None:
         left = bench.seconds_left(args.deadline)
         if args.table_only or (left is not None and left <= 0):
             continue
-        status[row] = bench.run_env(row, ROWS_DIR / f"{row}.yaml", out, left)
+        if (first := OPPONENT_ROW.get(row)) is None:
+            status[row] = bench.run_env(row, ROWS_DIR / f"{row}.yaml", out, left)
+        elif not ((checkpoint := out / first / "checkpoints" / "final") / "config.json").is_file():
+            status[row] = f"not run (its opponent is {first}'s final checkpoint: run {first} first)"
+        else:
+            status[row] = bench.run_env(row, ROWS_DIR / f"{row}.yaml", out, left, (f"env.opponent={checkpoint}",))
     results = [bench.read_row(r, ROWS_DIR / f"{r}.yaml", out, status.get(r, "not run (budget)")) for r in rows]
     lines = bench.table(results)
     lines[0] += " constant baseline (test) |"

@@ -61,3 +61,26 @@ def test_a_game_without_reference_answers_has_no_constant_baseline() -> None:
     as right every time (100 %); it is left out ("—") instead."""
     assert external.constant_baseline(external.ROWS_DIR / "ta_tictactoe.yaml", "test") is None
     assert external.constant_baseline(external.ROWS_DIR / "rg_syllogism.yaml", "test") is not None
+
+
+def test_a_row_against_another_rows_checkpoint_waits_for_it_then_plays_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran: dict[str, tuple[str, ...]] = {}
+
+    def run_env(row: str, preset: Path, out: Path, left: float | None, overrides: tuple[str, ...] = ()) -> str:
+        ran[row] = overrides
+        return "done"
+
+    monkeypatch.setattr(external.bench, "run_env", run_env)
+    monkeypatch.setattr(sys, "argv", ["external.py", "--out", str(tmp_path), "--rows", "ta_kuhnpoker_vs_ckpt"])
+    external.main()
+    assert ran == {}  # no ta_kuhnpoker checkpoint in --out: not run, said so in the table
+    assert (
+        "not run (its opponent is ta_kuhnpoker's final checkpoint: run ta_kuhnpoker first)" in capsys.readouterr().out
+    )
+    final = tmp_path / "ta_kuhnpoker" / "checkpoints" / "final"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")
+    external.main()
+    assert ran == {"ta_kuhnpoker_vs_ckpt": (f"env.opponent={final}",)}
