@@ -198,15 +198,20 @@ def machine() -> dict[str, object]:
 
 
 def parse_result(output: str) -> tuple[str, dict[str, object]]:
-    """The last ``RESULT`` line of ``output`` and its ``key=value`` figures (numbers as floats where they parse; a
-    token without ``=``, such as ``(k=2)``'s neighbours, is kept in the line only)."""
+    """The last ``RESULT`` line of ``output`` and its ``key=value`` figures (numbers as floats where they parse;
+    ``key=N of M`` as the string ``"N of M"``; a token without ``=``, such as ``(k=2)``'s neighbours, is kept in the
+    line only)."""
     lines = [line.strip() for line in output.splitlines() if line.startswith("RESULT")]
     if not lines:
         return "", {}
     figures: dict[str, object] = {}
-    for token in lines[-1].removeprefix("RESULT").split():
+    tokens = lines[-1].removeprefix("RESULT").split()
+    for i, token in enumerate(tokens):
         key, eq, value = token.strip("()").partition("=")
         if not eq:
+            continue
+        if tokens[i + 1 : i + 2] == ["of"] and tokens[i + 2 : i + 3] and tokens[i + 2].isdigit():
+            figures[key] = f"{value} of {tokens[i + 2]}"  # ``learned=6 of 7``: a count of a count
             continue
         try:
             figures[key] = float(value)

@@ -59,6 +59,8 @@ def test_parse_result_reads_the_last_result_line() -> None:
     assert line.startswith("RESULT sync_min=0.66")
     assert figures == {"sync_min": 0.66, "speedup": 1.81, "final_gap_pp": 0.7, "k": 2.0, "best": "sac"}
     assert results.parse_result("no result") == ("", {})
+    _, counted = results.parse_result("RESULT envs=a,b learned=1 of 2 rule=x passed_validation=2 of 2 n=3 of")
+    assert counted == {"envs": "a,b", "learned": "1 of 2", "rule": "x", "passed_validation": "2 of 2", "n": 3.0}
 
 
 def test_a_full_measurement_is_not_replaced_by_a_smoke_run() -> None:
