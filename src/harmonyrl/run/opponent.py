@@ -1,9 +1,10 @@
 """A checkpoint as a two-player game's fixed opponent (``env.opponent=<folder>``, docs/textarena.md).
 
-The env layer cannot load a model, so the run builds the opponent's player here and attaches it to the factory: the
-checkpoint's own embedded engine (built by :func:`harmonyrl.run.setup.attach_opponent`) and the run's agent loop, so
-the opponent's seat is rendered, sampled and parsed exactly as a policy seat is, within the run's episode limits, and
-a checkpoint trained on the game plays as it learned to. Its trajectories are thrown away: it is never trained.
+The env layer cannot load a model, so the run builds the opponent's player and hands it to the env factory
+(:func:`harmonyrl.run.setup.env_factory`): the checkpoint on an embedded engine of its own
+(:func:`harmonyrl.run.setup.opponent_player`) driven by the run's agent loop, so the opponent's seat is rendered,
+sampled and parsed exactly as a policy seat is, within the run's episode limits, and a checkpoint trained on the game
+plays as it learned to. Its trajectories are thrown away: it is never trained.
 """
 
 from __future__ import annotations

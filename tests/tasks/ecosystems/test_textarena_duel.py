@@ -25,6 +25,7 @@ from harmonyrl.rollout.agent_loop import EpisodeLimits, initial_messages, run_ep
 from harmonyrl.rollout.scheduler import group_requests
 from harmonyrl.rollout.team import role_metrics, run_rollouts
 from harmonyrl.types import ROLE_TERM, Message, SamplingParams, Task, Trajectory
+from kill_resume import ENV, cli, killed_and_resumed, metric_rows, same_episodes
 from tiny_run import tiny_run
 
 pytest.importorskip("textarena", reason="textarena is not installed (pip install 'harmonyrl[textarena]')")
@@ -324,10 +325,6 @@ def test_a_nano_run_against_the_random_opponent_logs_each_seat(tmp_path: Path) -
 @pytest.mark.slow
 def test_a_run_against_a_checkpoint_killed_and_resumed_equals_the_uninterrupted_one(tmp_path: Path) -> None:
     """The opponent's moves are a function of the game's seed and what it saw: a resumed run replays them."""
-    import os
-    import signal
-    import time
-
     base = tiny_run(
         "env.name=textarena",
         f"env.game={GAME}",
@@ -340,33 +337,16 @@ def test_a_run_against_a_checkpoint_killed_and_resumed_equals_the_uninterrupted_
     )
     # a warm start that makes moves: greedy always, sampled about half the time (measured; nano, 100 SFT steps)
     warm = [*base, "env.opponent=random", "sft.steps=100", "sft.lr=3e-3", "sft.batch_size=8", "rl.steps=0"]
-    cmd = [sys.executable, "-m", "harmonyrl.cli", "train", *warm, f"output_dir={tmp_path}", "run_name=warm"]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+    subprocess.run(cli("train", *warm, f"output_dir={tmp_path}", "run_name=warm"), check=True, capture_output=True,
+                   timeout=900)  # fmt: skip
     checkpoint = tmp_path / "warm" / "checkpoints" / "sft"
     config = [*base, f"env.opponent={checkpoint}", "env.opponent_temperature=0", f"model.init_from={checkpoint}",
               "sft.steps=0", "rl.steps=4"]  # fmt: skip
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    train = [sys.executable, "-m", "harmonyrl.cli", "train", *config, f"output_dir={tmp_path}"]
-    subprocess.run([*train, "run_name=whole"], env=env, check=True, capture_output=True, timeout=600)
-    cut = tmp_path / "cut"
-    proc = subprocess.Popen([*train, "run_name=cut"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics, deadline = cut / "metrics.jsonl", time.monotonic() + 600
-    while time.monotonic() < deadline and (not metrics.is_file() or metrics.read_text().count('"phase": "rl"') < 2):
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (cut / "summary.json").exists(), "the run finished before it could be killed"
-    resumed = subprocess.run([sys.executable, "-m", "harmonyrl.cli", "train", "--resume", str(cut)], env=env,
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert resumed.returncode == 0 and "resuming after rl step" in resumed.stdout, resumed.stdout + resumed.stderr
-
-    def rows(run: Path) -> list[dict[str, object]]:
-        keep = lambda k: not k.startswith(("time/", "engine/")) and "tokens_per_s" not in k  # noqa: E731
-        lines = (run / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(line).items() if keep(k)} for line in lines]
-
-    assert rows(cut) == rows(tmp_path / "whole")
-    episodes = (cut / "rollouts" / "episodes.jsonl").read_text()
-    assert episodes == (tmp_path / "whole" / "rollouts" / "episodes.jsonl").read_text()
+    subprocess.run(cli("train", *config, f"output_dir={tmp_path}", "run_name=whole"), env=ENV, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    killed_and_resumed([*config, f"output_dir={tmp_path}", "run_name=cut"], tmp_path / "cut")
+    assert metric_rows(tmp_path / "cut") == metric_rows(tmp_path / "whole")
+    assert same_episodes(tmp_path / "cut", tmp_path / "whole")
+    episodes = (tmp_path / "cut" / "rollouts" / "episodes.jsonl").read_text()
     moves = [json.loads(line)["reward_terms"].get("moves", 0.0) for line in episodes.splitlines()]
     assert any(m > 0 for m in moves), "no move was made: the games did not exercise the opponent"

@@ -26,6 +26,14 @@ NO_EXPERT = (
 OPPONENTS = "self (one shared policy on both seats), random (a fixed opponent) or a checkpoint folder (a fixed policy)"
 
 
+def checkpoint_named(opponent: str | None) -> Path | None:
+    """The folder ``env.opponent`` names (a path: it has a ``/`` or exists), None for ``self``, ``random`` or unset;
+    any other word is left to ``build_factory``'s one-line refusal."""
+    if opponent in (None, "self", "random"):
+        return None
+    return Path(opponent) if "/" in opponent or Path(opponent).exists() else None
+
+
 class TextArenaEnvConfig(Frozen):
     """A TextArena game, moved with a ``move`` tool: a single-player one, or a two-player one against ``opponent``
     (docs/textarena.md; needs ``pip install 'harmonyrl[textarena]'``)."""
@@ -54,9 +62,7 @@ class TextArenaEnvConfig(Frozen):
     @property
     def opponent_checkpoint(self) -> Path | None:
         """The checkpoint folder ``opponent`` names, if it names one (its player is the run's to build)."""
-        if self.opponent in (None, "self", "random"):
-            return None
-        return Path(self.opponent) if "/" in self.opponent or Path(self.opponent).exists() else None
+        return checkpoint_named(self.opponent)
 
     def build_factory(self, seed: int, player: SeatPlayer | None = None) -> EnvFactory:
         """Seeds of ``game`` (a game draws its own state from its seed; the run's ``seed`` is not used); the game is
@@ -95,8 +101,7 @@ class TextArenaEnvConfig(Frozen):
     @field_validator("opponent")
     @classmethod
     def _a_checkpoint_folder(cls, opponent: str | None) -> str | None:
-        if opponent not in (None, "self", "random") and ("/" in opponent or Path(opponent).exists()):
-            checkpoint_folder(Path(opponent))
+        checkpoint_folder(checkpoint_named(opponent))
         return opponent
 
     @model_validator(mode="after")
