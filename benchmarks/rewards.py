@@ -1,7 +1,14 @@
 """Code-checked reward vs a learned reward model vs an LLM judge: the instruct env trained three ways from one warm
 start, same budget (docs/rewards.md).
 
+    python benchmarks/rewards.py --prepare [--seeds 0,1,2] [--steps 6] [--out DIR] [key=value ...]
     python benchmarks/rewards.py --warm RUN/checkpoints/sft --rm RM/checkpoint [--steps 6] [key=value ...]
+
+**Inputs.** ``--prepare`` makes them in ``DIR/inputs`` with docs/rewards.md's commands (:func:`prepare`; each step
+kept when its output is there, so a killed run resumes): the instruct warm start (micro, 400 SFT steps), preference
+pairs from its answers to 1,600 training prompts, a reward model trained on them (120 steps) and the judge (the
+warm start fine-tuned for 150 steps to grade those answers). Otherwise ``--warm`` and ``--rm`` name them. The
+inputs are shared by the seeds; ``--seeds`` varies the RL runs (sampling and task order), each in ``DIR/seed<s>``.
 
 Each arm is a ``harmonyrl train`` run from ``--warm`` (``model.init_from``, no SFT) with the same seed, tasks and
 steps; only the reward differs:
@@ -21,8 +28,9 @@ ranks the same way), the proxy reward and the true train success (``rollout/succ
 and last ``--window`` RL steps (default a quarter of ``--steps``), the gaming verdict on those two curves
 (:func:`harmonyrl.rewards.gaming.gaming_verdict`: the proxy rising beyond 2 standard errors while true success falls
 beyond 2), seconds per step and judge tokens per step. Written to ``--out``: ``table.md``, ``results.json`` and
-``rewards.png`` (per arm: true success and the proxy vs step, agreement vs step). Last line:
-``RESULT code_final=… rm_final=… judge_final=… rm_agree_end=… judge_agree_end=… judge_s_per_step=…``.
+``rewards.png`` per seed (per arm: true success and the proxy vs step, agreement vs step). Last line
+(:func:`pooled`): ``RESULT code_final=… code_final_se=… code_change_pp=… code_change_pp_se=… rm_final=… …
+rm_gamed=K of N rm_agree_end=… judge_… judge_s_per_step=… seeds=…``: means and standard errors over the seeds.
 """
 
 from __future__ import annotations
@@ -254,45 +262,132 @@ def run_arm(arm: str, common: list[str], rm: Path, judge: Path, run: Path) -> No
         print(f"arm {arm} stopped early (exit {done.returncode}); its figures are up to where it stopped")
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What every arm starts from: the policy's warm start, the reward model's folder, the judge's checkpoint."""
+
+    warm: Path
+    rm: Path
+    judge: Path
+
+
+def _cli(*args: str) -> None:
+    """One ``harmonyrl`` command in a subprocess; a failure stops the benchmark with its exit status."""
+    done = subprocess.run([sys.executable, "-m", "harmonyrl.cli", *args], env=os.environ.copy())
+    if done.returncode != 0:
+        raise SystemExit(f"harmonyrl {' '.join(args[:2])} failed (exit {done.returncode})")
+
+
+def prepare(out: Path, sizes: dict[str, int], preset: str) -> Inputs:
+    """The documented inputs, made in ``out`` (each step skipped when its output is there: resumable): the
+    instruct warm start (``sizes["warm"]`` SFT steps), preference pairs from it (``sizes["prompts"]`` prompts), a
+    reward model trained on them (``sizes["rm"]`` steps) and the warm start fine-tuned to grade on the same answers
+    (``sizes["judge"]`` steps). The commands are docs/rewards.md's."""
+    gen = ["env.name=instruct", "rollout.max_new_tokens=192", "threads=1"]
+    warm = out / "warm" / "checkpoints" / "sft"
+    if not (warm / "config.json").is_file():
+        _cli("sft", *gen, f"model.preset={preset}", f"sft.steps={sizes['warm']}", "sft.batch_size=16",
+             f"output_dir={out}", "run_name=warm", "--overwrite")  # fmt: skip
+    pairs = out / "pairs.jsonl"
+    if not pairs.is_file():  # written under another name first: a killed run leaves no half file behind
+        part = out / "pairs.part.jsonl"
+        _cli("rm", "pairs", "--checkpoint", str(warm), "--out", str(part), "--prompts", str(sizes["prompts"]), *gen)
+        part.rename(pairs)
+    rm = out / "rm"
+    if not (rm / "checkpoint").is_dir():
+        every = max(1, sizes["rm"] // 3)
+        _cli("rm", "train", f"data={pairs}", f"init_from={warm}", f"out={rm}", f"steps={sizes['rm']}",
+             "batch_size=16", "lr=1e-4", "held_out=0.15", f"eval_every={every}", "threads=1")  # fmt: skip
+    judge = train_judge(warm, pairs, out / "judge_checkpoint", sizes["judge"])
+    return Inputs(warm, rm / "checkpoint", judge)
+
+
+def _inputs(args: argparse.Namespace) -> Inputs:
+    """``--prepare`` makes the inputs; otherwise ``--warm`` and ``--rm`` name them (the judge: ``--judge``, or
+    ``--warm`` trained on ``--train-judge``, or ``--warm`` itself)."""
+    if args.prepare:
+        return prepare(args.out / "inputs", PREPARE_SIZES, "micro")
+    if args.warm is None or args.rm is None:
+        raise SystemExit("rewards.py: give --warm and --rm, or --prepare to make them (docs/rewards.md)")
+    judge = args.judge or args.warm
+    if args.train_judge is not None:
+        judge = train_judge(args.warm, args.train_judge, args.out / "judge_checkpoint", args.judge_steps)
+    return Inputs(args.warm, args.rm, judge)
+
+
+PREPARE_SIZES = {"warm": 400, "prompts": 1600, "rm": 120, "judge": 150}
+"""``--prepare``'s sizes: the documented inputs' (docs/rewards.md)."""
+
+
+def pooled(per_seed: dict[int, dict[str, dict[str, object]]]) -> str:
+    """The RESULT line's fields over seeds: per arm the held-out success after RL and its change (points), mean and
+    standard error over seeds (:func:`harmonyrl.telemetry.stats.mean_se`), how many seeds called the proxy gamed, and
+    the proxies' agreement at the end and the judge's seconds per step (means)."""
+    from harmonyrl.telemetry.stats import mean_se
+
+    def est(name: str, values: list[float], digits: int) -> str:
+        e = mean_se([v for v in values if not math.isnan(v)] or [math.nan])
+        se = "nan" if math.isnan(e.se) else f"{e.se:.{digits}f}"
+        return f"{name}={e.mean:.{digits}f} {name}_se={se}"
+
+    seeds = sorted(per_seed)
+    arms = [a for a in ("code", "rm", "judge") if all(a in per_seed[s] for s in seeds)]
+    fields = []
+    for arm in arms:
+        rs = [per_seed[s][arm] for s in seeds]
+        fields.append(est(f"{arm}_final", [float(str(r["true_after"])) for r in rs], 3))
+        change = [100 * (float(str(r["true_after"])) - float(str(r["true_before"]))) for r in rs]
+        fields.append(est(f"{arm}_change_pp", change, 1))
+        if arm != "code":
+            gamed = sum(r["gamed"] == "gamed" for r in rs)
+            fields.append(f"{arm}_gamed={gamed} of {len(rs)}")
+            fields.append(f"{arm}_agree_end={_mean([float(str(r['agree_end'])) for r in rs]):.3f}")
+    if "judge" in arms:
+        fields.append(f"judge_s_per_step={_mean([float(str(per_seed[s]['judge']['s_per_step'])) for s in seeds]):.1f}")
+    return " ".join([*fields, f"seeds={','.join(map(str, seeds))}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--warm", type=Path, required=True, help="the shared warm start (a policy checkpoint)")
-    parser.add_argument("--rm", type=Path, required=True, help="a reward model folder (harmonyrl rm train)")
+    parser.add_argument("--prepare", action="store_true", help="make the warm start, pairs, reward model and judge")
+    parser.add_argument("--warm", type=Path, default=None, help="the shared warm start (a policy checkpoint)")
+    parser.add_argument("--rm", type=Path, default=None, help="a reward model folder (harmonyrl rm train)")
     parser.add_argument("--judge", type=Path, default=None, help="the judge's checkpoint (default: --warm)")
     parser.add_argument("--train-judge", type=Path, default=None, help="pairs file: fine-tune --warm to grade on it")
     parser.add_argument("--judge-steps", type=int, default=150, help="SFT steps of --train-judge")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--seeds", default="0", help="comma-separated RL seeds (the inputs are shared by them)")
     parser.add_argument("--window", type=int, default=0, help="steps per first/last window (0: --steps / 4, min 2)")
     parser.add_argument("--out", type=Path, default=Path("runs/rewards-benchmark"))
     parser.add_argument("--arms", default="code,rm,judge")
     parser.add_argument("overrides", nargs="*", help="run overrides for every arm, e.g. eval.n_tasks=200")
     args = parser.parse_args()
+    inputs = _inputs(args)
+    steps = args.steps
     common = [
-        "env.name=instruct", f"model.init_from={args.warm}", "rollout.max_new_tokens=192", "rollout.tasks_per_step=4",
-        "rollout.group_size=4", f"rl.steps={args.steps}", "eval.n_tasks=32", "eval.samples_per_task=2", "threads=1",
-        "telemetry.record_rollouts=false", f"output_dir={args.out}", *args.overrides,
+        "env.name=instruct", f"model.init_from={inputs.warm}", "rollout.max_new_tokens=192", "rollout.tasks_per_step=4",
+        "rollout.group_size=4", f"rl.steps={steps}", "eval.n_tasks=32", "eval.samples_per_task=2", "threads=1",
+        "telemetry.record_rollouts=false", *args.overrides,
     ]  # fmt: skip
-    judge = args.judge or args.warm
-    if args.train_judge is not None:
-        judge = train_judge(args.warm, args.train_judge, args.out / "judge_checkpoint", args.judge_steps)
-    window = args.window or max(2, args.steps // 4)
-    arms: dict[str, Curves] = {}
-    results: dict[str, dict[str, object]] = {}
-    for arm in args.arms.split(","):
-        run_arm(arm, common, args.rm, judge, args.out / arm)
-        arms[arm] = curves(args.out / arm, arm)
-        results[arm] = summarize(arms[arm], arm, window)
-    lines = table(results)
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
-    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(arms, {a: str(r["gamed"]) for a, r in results.items()}, window, args.out / "rewards.png")
+    window = args.window or max(2, steps // 4)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    per_seed: dict[int, dict[str, dict[str, object]]] = {}
+    lines: list[str] = []
+    for seed in seeds:
+        out = args.out / f"seed{seed}"
+        arms: dict[str, Curves] = {}
+        per_seed[seed] = {}
+        for arm in args.arms.split(","):
+            run_arm(arm, [*common, f"seed={seed}", f"output_dir={out}"], inputs.rm, inputs.judge, out / arm)
+            arms[arm] = curves(out / arm, arm)
+            per_seed[seed][arm] = summarize(arms[arm], arm, window)
+        lines += [f"seed {seed}:", "", *table(per_seed[seed]), ""]
+        plot(arms, {a: str(r["gamed"]) for a, r in per_seed[seed].items()}, window, out / "rewards.png")
+        print(f"figure: {out / 'rewards.png'}")
+    (args.out / "table.md").write_text("\n".join(lines))
+    (args.out / "results.json").write_text(json.dumps(per_seed, indent=1, default=str))
     print("\n".join(lines))
-    print(f"figure: {args.out / 'rewards.png'}")
-    nan: dict[str, object] = {"true_after": math.nan, "agree_end": math.nan, "s_per_step": math.nan}
-    c, m, j = (results.get(a, nan) for a in ("code", "rm", "judge"))
-    print(f"RESULT code_final={c['true_after']:.3f} rm_final={m['true_after']:.3f} judge_final={j['true_after']:.3f} "
-          f"rm_agree_end={m['agree_end']:.3f} judge_agree_end={j['agree_end']:.3f} "
-          f"judge_s_per_step={j['s_per_step']:.1f}")  # fmt: skip
+    print("RESULT " + pooled(per_seed))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """``benchmarks/results.py`` on a tiny budget writes docs/results.json and docs/results.md and the README's table.
 
 It runs one real benchmark (``vocab_cost``'s smoke mode, seconds) in a subprocess, records one that cannot run
-(``rewards``: it needs inputs prepared by hand) as not run with its reason, and keeps a finished run on a second
+(``sweep_presets``: it needs a finished sweep study) as not run with its reason, and keeps a finished run on a second
 invocation (resumable). Nothing here is skipped: a missing file or figure fails the test.
 """
 
@@ -18,7 +18,7 @@ results = load_benchmark("results")
 
 
 def _run(tmp_path: Path, *extra: str) -> str:
-    cmd = [sys.executable, str(BENCHMARKS / "results.py"), "--budget", "tiny", "--only", "vocab_cost,rewards",
+    cmd = [sys.executable, str(BENCHMARKS / "results.py"), "--budget", "tiny", "--only", "vocab_cost,sweep_presets",
            "--docs", str(tmp_path / "docs"), "--readme", str(tmp_path / "README.md"), "--logs", str(tmp_path / "logs"),
            *extra]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
@@ -38,7 +38,7 @@ def test_results_on_a_tiny_budget_writes_both_files_and_the_readme_table(tmp_pat
     assert run["budget"] == "tiny"
     assert run["result"]["tokenizer"] == "harmonyrl_bpe" and run["result"]["params"]
     assert len(run["load_before"]) == 3 and run["load_during"]["samples"] >= 1
-    assert data["runs"]["rewards"]["status"].startswith("not run: needs a warm start")
+    assert data["runs"]["sweep_presets"]["status"].startswith("not run: needs a finished sweep study")
     md = (tmp_path / "docs" / "results.md").read_text()
     assert "| [vocab_cost](../benchmarks/vocab_cost.py) |" in md and run["result_line"] in md
     assert "| tiny (smoke) | ok |" in md and "**not** a measurement" in md
