@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -295,6 +296,7 @@ def prepare(out: Path, sizes: dict[str, int], preset: str) -> Inputs:
         part.rename(pairs)
     rm = out / "rm"
     if not (rm / "checkpoint").is_dir():
+        shutil.rmtree(rm, ignore_errors=True)  # a killed training's folder: rm train refuses to write over it
         every = max(1, sizes["rm"] // 3)
         _cli("rm", "train", f"data={pairs}", f"init_from={warm}", f"out={rm}", f"steps={sizes['rm']}",
              "batch_size=16", "lr=1e-4", "held_out=0.15", f"eval_every={every}", "threads=1")  # fmt: skip
