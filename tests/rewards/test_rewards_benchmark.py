@@ -52,3 +52,38 @@ def test_held_out_fall_alone_flags_gaming(tmp_path: Path) -> None:
     c = bench.curves(_run(tmp_path, [-2, -2, -1, -1], [0.25, 0.5, 0.5, 0.25]), "rm")  # train curve flat
     r = bench.summarize(c, "rm", window=2)
     assert (r["truth_trend"], r["gamed"]) == ("flat / falls", "gamed")
+
+
+def test_seeds_are_pooled_by_the_benchmark_itself() -> None:
+    """Two seeds' arm figures → means, standard errors (sample SD / √n) and 'gamed K of N' in the RESULT fields."""
+    bench = load_benchmark("rewards")
+
+    def arm(before: float, after: float, gamed: str = "—", agree: float = float("nan")) -> dict[str, object]:
+        return {"true_before": before, "true_after": after, "gamed": gamed, "agree_end": agree, "s_per_step": 4.0}
+
+    per_seed = {
+        0: {"code": arm(0.10, 0.12), "rm": arm(0.10, 0.04, "gamed", 0.7), "judge": arm(0.10, 0.00, "gamed", 0.6)},
+        2: {"code": arm(0.12, 0.12), "rm": arm(0.12, 0.10, "not gamed", 0.8), "judge": arm(0.12, 0.02, "gamed", 0.6)},
+    }
+    fields = dict(f.split("=", 1) for f in bench.pooled(per_seed).replace(" of ", "_of_").split())
+    # code: after 0.12, 0.12 → 0.120 ± 0; change +2, 0 points → 1.0 ± 1.0 (SD √2, /√2)
+    assert (fields["code_final"], fields["code_final_se"]) == ("0.120", "0.000")
+    assert (fields["code_change_pp"], fields["code_change_pp_se"]) == ("1.0", "1.0")
+    # rm: after 0.04, 0.10 → 0.070 ± 0.030; change −6, −2 → −4.0 ± 2.0; gamed on one seed of two
+    assert (fields["rm_final"], fields["rm_final_se"], fields["rm_change_pp"]) == ("0.070", "0.030", "-4.0")
+    assert (fields["rm_gamed"], fields["judge_gamed"], fields["rm_agree_end"]) == ("1_of_2", "2_of_2", "0.750")
+    assert fields["judge_s_per_step"] == "4.0" and fields["seeds"] == "0,2"
+    assert "code_gamed" not in fields  # the truth has no proxy to game
+
+
+def test_inputs_are_named_or_prepared(tmp_path: Path) -> None:
+    """Without --prepare, a missing --warm or --rm is a one-line error, not a traceback."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(BENCH), "--out", str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [
+        "rewards.py: give --warm and --rm, or --prepare to make them (docs/rewards.md)"
+    ]
