@@ -1,8 +1,12 @@
 """On-policy distillation against RL alone and SFT on the teacher's samples: a student, a stronger teacher trained
 here, equal student steps, over seeds.
 
-    python benchmarks/distill.py [--seeds 0,1,2] [--steps 10] [--every 5] [--teacher CKPT] [--warm CKPT]
-                                 [--out DIR] [--quick] [key=value ...]
+    python benchmarks/distill.py [-c RUN.yaml] [--seeds 0,1,2] [--steps 10] [--every 5] [--teacher CKPT]
+                                 [--warm CKPT] [--out DIR] [--quick] [key=value ...]
+
+**Task.** The calculator by default; ``-c RUN.yaml`` (a run config, e.g. ``src/harmonyrl/presets/maze.yaml``) sets
+the env, the rollout sizes and limits, the evaluation and the model for every run here (teacher, warm start, arms,
+the teacher's sampling for the SFT arms); the key=value arguments apply over it.
 
 **Teacher.** ``--teacher-preset`` trained here on the calculator: ``harmonyrl train`` with ``--teacher-sft`` SFT
 steps and ``--teacher-rl`` RL steps (or ``--teacher CKPT``, a checkpoint made before). Its held-out success is
@@ -69,17 +73,19 @@ from harmonyrl.harmony.codecs import load_codec
 from harmonyrl.jobs.train import eval_only, sft_only, train
 from harmonyrl.learn.batch import collate, score
 from harmonyrl.learn.optimizer_step import scaled_lr, steps_taken, warmup_scale
+from harmonyrl.rl.collect import rollout_params
 from harmonyrl.rollout.scheduler import group_requests
 from harmonyrl.rollout.team import run_rollouts
 from harmonyrl.run.checkpoint import save_checkpoint
 from harmonyrl.run.setup import load_for, make_engine, make_factory, make_model, setup_process
 from harmonyrl.telemetry.metrics import read_metrics
 from harmonyrl.telemetry.stats import mean_se
-from harmonyrl.types import SamplingParams, Trajectory
+from harmonyrl.types import Trajectory
 
 ARMS = ("rl", "sft", "sft_all", "distill")
 BUDGET = ["rollout.tasks_per_step=4", "rollout.group_size=8", "eval.n_tasks=50", "eval.samples_per_task=2"]
-"""The default sizes (a key=value argument replaces any of them): ~10 minutes on two shared cores."""
+"""The calculator's sizes (a key=value argument replaces any of them; ``-c`` brings its own): ~10 minutes on two
+shared cores."""
 QUICK = ["rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=24", "eval.n_tasks=4",
          "eval.samples_per_task=1", "env.n_train=64", "env.n_test=8"]  # fmt: skip
 
@@ -118,18 +124,19 @@ def main() -> None:
     args = _parse()
     console = Console()
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-distill-"))
-    common = [*BUDGET, *(QUICK if args.quick else []), f"eval.every={args.every}", "threads=1", *args.overrides]
+    sizes = [] if args.config else BUDGET  # a run config brings its own sizes
+    common = [*sizes, *(QUICK if args.quick else []), f"eval.every={args.every}", "threads=1", *args.overrides]
     teacher = args.teacher or _train_teacher(args, common, out, console)
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[int, dict[str, Arm]] = {}
     teacher_success: dict[int, Score] = {}
     warm_cfg = [*common, f"model.preset={args.student_preset}", f"sft.steps={args.student_sft}", "run_name=warm",
                 f"output_dir={out}"]  # fmt: skip
-    warm = args.warm or asyncio.run(sft_only(load_config(None, warm_cfg), console))  # shared by the seeds
+    warm = args.warm or asyncio.run(sft_only(load_config(args.config, warm_cfg), console))  # shared by the seeds
     for i, seed in enumerate(seeds):
         console.rule(f"seed {seed}")
         base = [*common, f"seed={seed}", f"output_dir={out / f'seed{seed}'}"]
-        teacher_success[seed] = asyncio.run(_evaluate(load_config(None, [*base, *_preset(teacher)]), teacher))
+        teacher_success[seed] = asyncio.run(_evaluate(load_config(args.config, [*base, *_preset(teacher)]), teacher))
         student = [*base, f"model.preset={args.student_preset}", f"model.init_from={warm}", "sft.steps=0",
                    f"rl.steps={args.steps}"]  # fmt: skip
         order = ARMS if i % 2 == 0 else tuple(reversed(ARMS))
@@ -139,6 +146,7 @@ def main() -> None:
 
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-c", "--config", type=Path, default=None, help="a run config for every run (default: calculator)")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=10, help="student updates per arm")
     p.add_argument("--every", type=int, default=5, help="held-out evaluation every N student steps")
@@ -171,7 +179,7 @@ def _preset(checkpoint: Path) -> list[str]:
 def _train_teacher(args: argparse.Namespace, common: list[str], out: Path, console: Console) -> Path:
     console.rule(f"teacher: {args.teacher_preset}, {args.teacher_sft} SFT + {args.teacher_rl} RL steps")
     sizes = [f"model.preset={args.teacher_preset}", f"sft.steps={args.teacher_sft}", f"rl.steps={args.teacher_rl}"]
-    cfg = load_config(None, [*common, *sizes, "eval.every=0", f"output_dir={out}", "run_name=teacher"])
+    cfg = load_config(args.config, [*common, *sizes, "eval.every=0", f"output_dir={out}", "run_name=teacher"])
     result = asyncio.run(train(cfg, console))
     return result.run_dir / "checkpoints" / "final"
 
@@ -184,7 +192,7 @@ async def _evaluate(cfg: RunConfig, checkpoint: Path) -> Score:
 def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespace, console: Console) -> Arm:
     console.print(f"[bold]{arm}[/]")
     if arm in ("sft", "sft_all"):
-        cfg = load_config(None, [*student, f"run_name={arm}"])
+        cfg = load_config(args.config, [*student, f"run_name={arm}"])
         return asyncio.run(_sft_arm(cfg, teacher, args.steps, args.every, successes_only=arm == "sft"))
     extra = [f"rl.distill.teacher={teacher}", f"rl.distill.weight={args.weight}", f"rl.distill.kind={args.kind}"]
     extra = extra if arm == "distill" else []
@@ -192,7 +200,7 @@ def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespa
         extra.append(f"rl.lr={args.distill_lr}")
     if arm == "distill" and args.no_env_reward:
         extra.append("rl.distill.env_reward=false")
-    result = asyncio.run(train(load_config(None, [*student, *extra, f"run_name={arm}"]), Console(quiet=True)))
+    result = asyncio.run(train(load_config(args.config, [*student, *extra, f"run_name={arm}"]), Console(quiet=True)))
     rows = read_metrics(result.run_dir / "metrics.jsonl")
     # the evaluations before and after RL have rows of their own; a periodic one is on its step's RL row
     curve = [(int(str(r["step"])), float(str(r["eval/success"]))) for r in rows if "eval/success" in r]
@@ -248,17 +256,15 @@ async def _sft_arm(cfg: RunConfig, teacher: Path, steps: int, every: int, succes
 
 
 async def _teacher_samples(cfg: RunConfig, teacher: Path, steps: int, successes_only: bool) -> list[Trajectory]:
-    """The teacher's episodes of ``steps × tasks_per_step`` train tasks, ``group_size`` each, at T=1 (the
-    successful ones only with ``successes_only``; faulted ones never)."""
+    """The teacher's episodes of ``steps × tasks_per_step`` train tasks, ``group_size`` each, sampled as the RL
+    arms sample theirs (the run's decoding and episode limits: turns, tokens, length; the successful ones only with
+    ``successes_only``; faulted ones never)."""
     tok = load_codec(cfg.model.tokenizer)
     factory = make_factory(cfg)
-    tcfg = load_config(None, [f"model.init_from={teacher}", "sft.steps=0", f"seed={cfg.seed}", "threads=1"])
-    engine, limits = await make_engine(tcfg, load_for(teacher, tok, cfg.rollout.max_seq_len), None)
+    engine, limits = await make_engine(cfg, load_for(teacher, tok, cfg.rollout.max_seq_len), None)
     tasks = factory.tasks("train")[: steps * cfg.rollout.tasks_per_step]
-    stops = (tok.special.call, tok.special.return_)
-    params = SamplingParams(temperature=cfg.rollout.temperature, stop_ids=stops)
-    result = await run_rollouts(engine, factory, tok, group_requests(tasks, cfg.rollout.group_size, cfg.seed),
-                                params, limits, 64)  # fmt: skip
+    requests = group_requests(tasks, cfg.rollout.group_size, cfg.seed)
+    result = await run_rollouts(engine, factory, tok, requests, rollout_params(cfg, tok), limits, 64)
     await engine.close()
     return [t for t in result.trajectories if t.failure is None and (t.success or not successes_only)]
 
