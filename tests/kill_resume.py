@@ -30,17 +30,20 @@ def metric_rows(run: Path) -> list[dict[str, object]]:
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
 
 
-def killed_and_resumed(train_args: list[str], run: Path, after: int = 2, timeout_s: float = 600) -> str:
+def killed_and_resumed(
+    train_args: list[str], run: Path, after: int = 2, timeout_s: float = 600, env: dict[str, str] | None = None
+) -> str:
     """``harmonyrl train *train_args`` (which must write to ``run``), SIGKILLed after ``after`` RL steps, then resumed;
-    the resume's stdout (it says from which step)."""
-    proc = subprocess.Popen(cli("train", *train_args), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    the resume's stdout (it says from which step). ``env``: the processes' environment (default :data:`ENV`)."""
+    env = env or ENV
+    proc = subprocess.Popen(cli("train", *train_args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics, deadline = run / "metrics.jsonl", time.monotonic() + timeout_s
     while time.monotonic() < deadline and (not metrics.is_file() or metrics.read_text().count('"phase": "rl"') < after):
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run / "summary.json").exists(), "the run finished before it could be killed"
-    resumed = subprocess.run(cli("train", "--resume", str(run)), env=ENV, capture_output=True, text=True,
+    resumed = subprocess.run(cli("train", "--resume", str(run)), env=env, capture_output=True, text=True,
                              timeout=timeout_s)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "resuming after rl step" in resumed.stdout

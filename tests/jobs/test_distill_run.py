@@ -4,12 +4,7 @@ teacher with another vocabulary is refused in one line before any work."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +16,8 @@ from harmonyrl.harmony.tokenizer import HarmonyTokenizer
 from harmonyrl.jobs.replay import replay_step
 from harmonyrl.run.checkpoint import save_checkpoint
 from harmonyrl.run.setup import make_model, setup_process
+from kill_resume import ENV, cli, killed_and_resumed, metric_rows, same_episodes
 from tiny_run import tiny_run
-
-VOLATILE = ("time/", "rollout/tokens_per_s", "engine/")  # wall clock and batching: depend on the machine
 
 
 @pytest.fixture(scope="module")
@@ -41,27 +35,17 @@ def _run(teacher: Path, *extra: str) -> list[str]:
                     f"rl.distill.teacher={teacher}", "rl.distill.weight=0.5", *extra)  # fmt: skip
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "harmonyrl.cli", *args]
-
-
-def _rows(run: Path) -> list[dict[str, object]]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
-
-
 @pytest.fixture(scope="module")
 def whole(teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("runs")
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(_cli("train", *_run(teacher), f"output_dir={out}", "run_name=whole"), env=env,
+    done = subprocess.run(cli("train", *_run(teacher), f"output_dir={out}", "run_name=whole"), env=ENV,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return out / "whole"
 
 
 def test_the_teacher_term_reaches_every_step(whole: Path) -> None:
-    rl = [r for r in _rows(whole) if r["phase"] == "rl"]
+    rl = [r for r in metric_rows(whole) if r["phase"] == "rl"]
     assert len(rl) == 4
     for r in rl:
         # a fresh teacher disagrees with the student: a positive reverse KL, measured on every sampled token
@@ -72,23 +56,9 @@ def test_the_teacher_term_reaches_every_step(whole: Path) -> None:
 
 def test_a_killed_and_resumed_distill_run_equals_the_uninterrupted_one(teacher: Path, whole: Path) -> None:
     out = whole.parent
-    run = out / "cut"
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    proc = subprocess.Popen(_cli("train", *_run(teacher), f"output_dir={out}", "run_name=cut"), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    metrics = run / "metrics.jsonl"
-    while time.monotonic() < deadline and (not metrics.is_file() or metrics.read_text().count('"phase": "rl"') < 2):
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (run / "summary.json").exists(), "the run finished before it could be killed"
-    resumed = subprocess.run(_cli("train", "--resume", str(run)), env=env, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resuming after rl step" in resumed.stdout
-    assert _rows(run) == _rows(whole)
-    episodes = (run / "rollouts" / "episodes.jsonl").read_text()
-    assert episodes == (whole / "rollouts" / "episodes.jsonl").read_text()
+    killed_and_resumed([*_run(teacher), f"output_dir={out}", "run_name=cut"], out / "cut", timeout_s=120)
+    assert metric_rows(out / "cut") == metric_rows(whole)
+    assert same_episodes(out / "cut", whole)
 
 
 def test_every_distill_step_replays_bit_exactly(whole: Path) -> None:
@@ -98,11 +68,10 @@ def test_every_distill_step_replays_bit_exactly(whole: Path) -> None:
 
 
 def test_a_full_distill_run_logs_its_term_and_replays_bit_exactly(teacher: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(_cli("train", *_run(teacher, "rl.distill.kind=full"), f"output_dir={tmp_path}",
-                               "run_name=full"), env=env, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(cli("train", *_run(teacher, "rl.distill.kind=full"), f"output_dir={tmp_path}",
+                               "run_name=full"), env=ENV, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    rl = [r for r in _rows(tmp_path / "full") if r["phase"] == "rl"]
+    rl = [r for r in metric_rows(tmp_path / "full") if r["phase"] == "rl"]
     assert len(rl) == 4
     for r in rl:  # the loss term's exact reverse KL beside the sampled-id estimate, on every step
         assert isinstance(r["distill/full_reverse_kl"], float) and r["distill/full_reverse_kl"] > 0

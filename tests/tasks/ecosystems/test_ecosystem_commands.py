@@ -18,10 +18,8 @@ import csv
 import importlib.metadata
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from typer.testing import CliRunner
 
 from harmonyrl.cli import app
 from harmonyrl.jobs.replay import replay_step
+from kill_resume import killed_and_resumed, same_episodes
 from tiny_run import tiny_run
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -216,18 +215,9 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(name: str, tmp_pa
     four = config(name, "rl.steps=4")
     process("train", *four, f"output_dir={tmp_path}", "run_name=whole")
     run = tmp_path / "cut"
-    proc = subprocess.Popen(cli("train", *four, f"output_dir={tmp_path}", "run_name=cut"), env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    metrics, deadline = run / "metrics.jsonl", time.monotonic() + 600
-    while time.monotonic() < deadline and (not metrics.is_file() or metrics.read_text().count('"phase": "rl"') < 2):
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (run / "summary.json").exists(), "the run finished before it could be killed"
-    assert "resuming after rl step" in process("train", "--resume", str(run))
+    killed_and_resumed([*four, f"output_dir={tmp_path}", "run_name=cut"], run, env=ENV)
     assert rows(run) == rows(tmp_path / "whole")
-    episodes = (run / "rollouts" / "episodes.jsonl").read_text()
-    assert episodes == (tmp_path / "whole" / "rollouts" / "episodes.jsonl").read_text()
+    assert same_episodes(run, tmp_path / "whole")
 
 
 @pytest.mark.slow
