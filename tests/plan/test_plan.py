@@ -169,3 +169,38 @@ def test_the_update_time_grows_with_the_attended_context() -> None:
     per_token = {n: 6 * n_active + 3 * attention_flops(config, n) for n in (64, 1200)}
     assert rates[64] / rates[1200] == pytest.approx(per_token[1200] / per_token[64], rel=1e-12)
     assert per_token[1200] / per_token[64] > 1.3  # micro at TextArena's ~1,200-token games: attention is no detail
+
+
+def test_a_teacher_and_a_checkpoint_opponent_are_counted_beside_the_policy(tmp_path: Path) -> None:
+    """A distillation teacher: every parameter in the student's base dtype (fp32 here: 4 bytes); a checkpoint
+    opponent: its engine's weights at the engine's dtype and a KV cache of max_batch × max_seq_len. Hand-derived from
+    the checkpoints' parameter count and geometry."""
+    from harmonyrl.harmony.tokenizer import HarmonyTokenizer
+    from harmonyrl.learn.footprint import parameter_count
+    from harmonyrl.models.real import load_config as checkpoint_config
+    from harmonyrl.plan.estimate import other_models
+    from harmonyrl.run.checkpoint import save_checkpoint
+    from harmonyrl.run.setup import make_model, setup_process
+
+    folder = tmp_path / "small"
+    small = load_config(None, ["model.preset=small"])
+    setup_process(0, 1)
+    save_checkpoint(folder, make_model(small, HarmonyTokenizer.load_default()), None, 0, {})
+    params = parameter_count(checkpoint_config(folder))[0]
+    assert other_models(load_config(None, [])) == 0.0
+    teacher = load_config(None, [f"rl.distill.teacher={folder}"])
+    assert other_models(teacher) == params * 4.0
+    geometry = checkpoint_config(folder)
+    engine = ["rollout.engine.dtype=float32", "rollout.engine.max_batch=8", "rollout.max_seq_len=512"]
+    duel = load_config(None, ["env.name=textarena", "env.game=KuhnPoker-v0", f"env.opponent={folder}", *engine])
+    types = geometry.layer_types or ["full_attention"] * geometry.num_hidden_layers
+    window = geometry.sliding_window or 512
+    kept = sum(min(window, 512) if t == "sliding_attention" else 512 for t in types)
+    kv = 2 * geometry.num_key_value_heads * geometry.head_dim * 4.0 * 8 * kept
+    assert other_models(duel) == params * 4.0 + kv
+    # and the plan adds them on the trainer's device: the same run's total grows by exactly that
+    config, label = model_config(teacher, None)
+    with_teacher = plan_run(teacher, config, label, lookup("h200"))
+    alone = plan_run(load_config(None, []), config, label, lookup("h200"))
+    assert with_teacher.memory.other_models == params * 4.0
+    assert with_teacher.memory.total - alone.memory.total == pytest.approx(params * 4.0)

@@ -15,6 +15,8 @@ micro-batch, where the reference and the engine live) and returns a :class:`Foot
   owns only its merged copies ``W + BA`` of the matrices LoRA adapts) and
   its KV cache: ``2 · kv_heads · head_dim`` values per token per layer for ``kv_sequences × kv_length`` tokens,
   sliding-window layers holding only their window of each sequence when ``kv_window`` is on.
+* **other models** — what a run holds beside the policy (a distillation teacher, a checkpoint opponent and its
+  engine's KV cache); 0 here: :func:`harmonyrl.plan.estimate.other_models` counts them from the run config.
 
 **Activations**, for ``N`` tokens in one micro-batch and an O(T) attention kernel (``harmonyrl_sink_sdpa``,
 ``harmonyrl_flex_sink``; the eager kernels' ``[B, H, T, T]`` scores are not modelled), in values per token, with
@@ -111,6 +113,8 @@ class Footprint:
     reference: float
     engine_weights: float
     kv_cache: float
+    other_models: float = 0.0
+    """Models held beside the policy, unsharded (see the module docstring)."""
 
     @property
     def update_peak(self) -> float:
@@ -121,7 +125,7 @@ class Footprint:
     @property
     def total(self) -> float:
         resting = self.weights + self.adapters + self.master + self.reference + self.engine_weights + self.kv_cache
-        return resting + self.update_peak
+        return resting + self.other_models + self.update_peak
 
     def rows(self) -> list[tuple[str, float]]:
         """``(component, GiB)`` for a table, with the peak total last."""

@@ -24,15 +24,18 @@ gpt-oss-20b's forward; on a small model with long episodes it can match the weig
 
 A step is rollout (generated tokens at the decode rate, prompts at the prefill rate, or — if longer — every turn
 of one episode in series with its tool latency), the update, and the weight sync; the async pipeline overlaps
-rollout and update. Token counts are upper bounds from the config (every turn generates ``max_new_tokens``,
-every episode reaches ``max_seq_len``) unless ``gen_tokens`` / ``seq_tokens`` (an episode's mean generated and
-total tokens, e.g. measured) are given. What this leaves out: docs/plan.md.
+rollout and update. Models held beside the policy (a distillation teacher, a checkpoint opponent:
+:func:`other_models`) are counted whole on every trainer device. Token counts are upper bounds from the config
+(every turn generates ``max_new_tokens``, every episode reaches ``max_seq_len``) unless ``gen_tokens`` /
+``seq_tokens`` (an episode's mean generated and total tokens, e.g. measured) are given. What this leaves out:
+docs/plan.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from transformers import GptOssConfig
@@ -40,6 +43,7 @@ from transformers import GptOssConfig
 from harmonyrl.config import RunConfig
 from harmonyrl.engine.config import LocalEngineConfig
 from harmonyrl.learn.footprint import GIB, Footprint, Plan, estimate, parameter_count
+from harmonyrl.models.real import load_config
 from harmonyrl.plan.hardware import Hardware
 
 TRAIN_MFU = 0.4
@@ -156,12 +160,13 @@ def plan_run(
     """The plan of ``run`` with the model ``config`` on ``hardware`` (module docstring)."""
     capacity = hardware.memory_gib * HEADROOM * GIB
     colocated = trainer_plan(run)
-    whole = estimate(config, colocated)
+    others = other_models(run)
+    whole = dataclasses.replace(estimate(config, colocated), other_models=others)
     if colocated.engine != "none" and whole.total <= capacity:
         layout, memory, rollout_gib = Layout(1, 0, 1), whole, 0.0
     else:
         separate = trainer_plan(run, engine="none")
-        alone = estimate(config, separate)
+        alone = dataclasses.replace(estimate(config, separate), other_models=others)
         fsdp = next((f for f in DEGREES if _sharded(alone, f).total <= capacity), DEGREES[-1])
         memory = _sharded(alone, fsdp)
         tp, rollout_gib = _rollout_devices(config, dataclasses.replace(separate, engine="copy"), capacity)
@@ -183,6 +188,23 @@ def plan_run(
     total = parameter_count(config)[0]
     return RunPlan(label, hardware, total, active, memory, rollout_gib, fits, layout, decode, prefill, train, step,
                    run.rl.steps, price, notes(run, gen_tokens))  # fmt: skip
+
+
+def other_models(run: RunConfig) -> float:
+    """Bytes of the models ``run`` holds beside the policy on the trainer's device, read from their checkpoints'
+    ``config.json``: a distillation teacher (``rl.distill.teacher``: every parameter in the dtype of the student's
+    base weights, as it is loaded) and a checkpoint opponent (``env.opponent``: its own embedded engine's weights
+    at the engine's dtype and its KV cache, ``max_batch`` sequences of ``max_seq_len``)."""
+    plan = trainer_plan(run)
+    total = 0.0
+    if run.rl.distill is not None:
+        teacher = dataclasses.replace(plan, lora_rank=None, reference="none", engine="none")
+        total += estimate(load_config(run.rl.distill.teacher), teacher).weights
+    opponent = getattr(run.env, "opponent_checkpoint", None)  # TextArena's env.opponent, when it names a folder
+    if isinstance(opponent, Path):
+        engine = estimate(load_config(opponent), dataclasses.replace(plan, lora_rank=None, engine="copy"))
+        total += engine.engine_weights + engine.kv_cache
+    return total
 
 
 def notes(run: RunConfig, gen_tokens: float | None) -> tuple[str, ...]:
