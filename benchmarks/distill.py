@@ -20,7 +20,7 @@ wider/deeper pairing.
 **Student.** ``--student-preset`` (default ``micro``). One warm start
 (``--student-sft`` SFT steps on the scripted expert, seed 0), shared by the seeds (the budget again: the seeds vary
 the student's sampling, the SFT arm's teacher samples and order, and the evaluations' sampling, not the warm start);
-then, per seed, three arms from it, each ``--steps`` student updates of ``rollout.tasks_per_step ×
+then, per seed, four arms from it, each ``--steps`` student updates of ``rollout.tasks_per_step ×
 rollout.group_size`` episodes (default sizes: :data:`BUDGET`):
 
 * ``rl``: RL on the env's reward (the default GRPO update);
@@ -43,6 +43,11 @@ and the SFT steps for ``sft`` and ``sft_all``), evaluations excluded. Steps to r
 held-out success: the first evaluation at or above it (``inf`` if none). Arms alternate their order with the seed
 (the machine's load drifts).
 
+**Resumable.** Each arm's figures, each seed's teacher score, the teacher and the warm start are kept in ``--out``
+with the settings that made them (every argument but ``--seeds`` and ``--out``): run again with the same settings,
+the benchmark reuses what is there, so seeds run by separate invocations (``--seeds 1``, ``--seeds 2``) are pooled
+by one (``--seeds 0,1,2``); figures kept under other settings stop it in one line.
+
 **Reported.** A table per seed and arm, and ``RESULT teacher=… rl=… sft=… sft_all=… distill=… *_greedy=… *_min=…
 distill_vs_rl_pp=… distill_vs_sft_pp=… distill_vs_sft_all_pp=… fraction=… *_steps_to=…
 seeds=…``: held-out pass@1 means over seeds with ``_se`` standard errors (:func:`harmonyrl.telemetry.stats.mean_se`);
@@ -60,6 +65,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,21 +132,32 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="harmonyrl-distill-"))
     sizes = [] if args.config else BUDGET  # a run config brings its own sizes
     common = [*sizes, *(QUICK if args.quick else []), f"eval.every={args.every}", "threads=1", *args.overrides]
-    teacher = args.teacher or _train_teacher(args, common, out, console)
+    teacher = args.teacher or _made(out / "teacher.json", args, lambda: _train_teacher(args, common, out, console))
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[int, dict[str, Arm]] = {}
     teacher_success: dict[int, Score] = {}
     warm_cfg = [*common, f"model.preset={args.student_preset}", f"sft.steps={args.student_sft}", "run_name=warm",
                 f"output_dir={out}"]  # fmt: skip
-    warm = args.warm or asyncio.run(sft_only(load_config(args.config, warm_cfg), console))  # shared by the seeds
+    warm = args.warm or _made(
+        out / "warm.json",
+        args,
+        lambda: asyncio.run(sft_only(load_config(args.config, warm_cfg), console, overwrite=True)),
+    )  # shared by the seeds
     for i, seed in enumerate(seeds):
         console.rule(f"seed {seed}")
         base = [*common, f"seed={seed}", f"output_dir={out / f'seed{seed}'}"]
-        teacher_success[seed] = asyncio.run(_evaluate(load_config(args.config, [*base, *_preset(teacher)]), teacher))
+        kept = _kept(out / f"seed{seed}" / "teacher.json", args)
+        if kept is not None:  # a run of this --out evaluated it before: resumable, seed by seed
+            teacher_success[seed] = Score(**kept)
+        else:
+            teacher_cfg = load_config(args.config, [*base, *_preset(teacher)])
+            teacher_success[seed] = asyncio.run(_evaluate(teacher_cfg, teacher))
+            _keep(out / f"seed{seed}" / "teacher.json", args, vars(teacher_success[seed]))
         student = [*base, f"model.preset={args.student_preset}", f"model.init_from={warm}", "sft.steps=0",
                    f"rl.steps={args.steps}"]  # fmt: skip
         order = ARMS if i % 2 == 0 else tuple(reversed(ARMS))
-        results[seed] = {arm: _run_arm(arm, student, teacher, args, console) for arm in order}
+        results[seed] = {arm: _kept_arm(out / f"seed{seed}" / f"{arm}.json", arm, student, teacher, args, console)
+                         for arm in order}  # fmt: skip
     _report(results, teacher_success, args, console, out)
 
 
@@ -180,13 +197,57 @@ def _train_teacher(args: argparse.Namespace, common: list[str], out: Path, conso
     console.rule(f"teacher: {args.teacher_preset}, {args.teacher_sft} SFT + {args.teacher_rl} RL steps")
     sizes = [f"model.preset={args.teacher_preset}", f"sft.steps={args.teacher_sft}", f"rl.steps={args.teacher_rl}"]
     cfg = load_config(args.config, [*common, *sizes, "eval.every=0", f"output_dir={out}", "run_name=teacher"])
-    result = asyncio.run(train(cfg, console))
+    result = asyncio.run(train(cfg, console, overwrite=True))  # a folder left here is a killed run's
     return result.run_dir / "checkpoints" / "final"
 
 
 async def _evaluate(cfg: RunConfig, checkpoint: Path) -> Score:
     metrics = await eval_only(cfg, checkpoint, Console(quiet=True))
     return Score(metrics["eval/success"], metrics["eval_greedy/success"])
+
+
+def _kept_arm(
+    record: Path, arm: str, student: list[str], teacher: Path, args: argparse.Namespace, console: Console
+) -> Arm:
+    """The arm's figures from ``record`` if an earlier run of this ``--out`` with the same settings finished it (so
+    seeds can be run by separate invocations and pooled by one), else run it and write them there."""
+    kept = _kept(record, args)
+    if kept is not None:
+        console.print(f"[bold]{arm}[/]: kept from {record}")
+        return Arm([(int(s), float(v)) for s, v in kept["curve"]], kept["step_s"], kept["greedy"])
+    arm_result = _run_arm(arm, student, teacher, args, console)
+    _keep(record, args, vars(arm_result))
+    return arm_result
+
+
+def _made(record: Path, args: argparse.Namespace, make: Callable[[], Path]) -> Path:
+    """A checkpoint this ``--out`` made before with the same settings (the teacher, the warm start), else ``make()``."""
+    kept = _kept(record, args)
+    if kept is not None:
+        return Path(kept["checkpoint"])
+    checkpoint = make()
+    _keep(record, args, {"checkpoint": str(checkpoint)})
+    return checkpoint
+
+
+def _settings(args: argparse.Namespace) -> dict[str, str]:
+    """What a kept figure depends on: every argument but the seed list and where the figures go."""
+    return {k: str(v) for k, v in sorted(vars(args).items()) if k not in ("seeds", "out")}
+
+
+def _kept(record: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The figures ``record`` keeps (None: none yet); kept under other settings: a one-line stop."""
+    if not record.is_file():
+        return None
+    data = json.loads(record.read_text())
+    if data["settings"] != _settings(args):
+        raise SystemExit(f"{record} was made with other settings: use another --out, or delete it to run it again")
+    return dict(data["figures"])
+
+
+def _keep(record: Path, args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"settings": _settings(args), "figures": figures}))
 
 
 def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespace, console: Console) -> Arm:
@@ -200,7 +261,8 @@ def _run_arm(arm: str, student: list[str], teacher: Path, args: argparse.Namespa
         extra.append(f"rl.lr={args.distill_lr}")
     if arm == "distill" and args.no_env_reward:
         extra.append("rl.distill.env_reward=false")
-    result = asyncio.run(train(load_config(args.config, [*student, *extra, f"run_name={arm}"]), Console(quiet=True)))
+    cfg = load_config(args.config, [*student, *extra, f"run_name={arm}"])
+    result = asyncio.run(train(cfg, Console(quiet=True), overwrite=True))  # no record kept: a killed run's folder
     rows = read_metrics(result.run_dir / "metrics.jsonl")
     # the evaluations before and after RL have rows of their own; a periodic one is on its step's RL row
     curve = [(int(str(r["step"])), float(str(r["eval/success"]))) for r in rows if "eval/success" in r]

@@ -36,3 +36,12 @@ def test_the_smoke_mode_runs_every_arm_and_prints_the_result(tmp_path: Path) -> 
     assert {"rl_min", "sft_min", "sft_all_min", "distill_min", "distill_vs_rl_pp", "distill_vs_sft_pp",
             "distill_vs_sft_all_pp", "seeds"} <= keys  # fmt: skip
     assert (tmp_path / "distill.json").is_file() and (tmp_path / "seed0" / "distill" / "metrics.jsonl").is_file()
+    # a second invocation on the same --out keeps every arm's figures (seeds run apart are pooled by one run) ...
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("kept from") == 4 and again.stdout.strip().splitlines()[-1] == result
+    # ... and never figures made with other settings
+    other = subprocess.run([*cmd, "--weight", "0.5"], capture_output=True, text=True, timeout=600, check=False)
+    assert other.returncode != 0
+    assert other.stderr.strip().splitlines()[-1].endswith("was made with other settings: use another --out, or "
+                                                          "delete it to run it again")  # fmt: skip
