@@ -32,11 +32,22 @@ def _rl_rows(run: Path) -> list[int]:
     return rows
 
 
+def _default_sigint() -> None:
+    """In the child before it starts: SIGINT's default action, whatever the test runner inherited. A shell without
+    job control starts background commands with SIGINT ignored (``cmd &``: SigIgn has bit 2), a child inherits
+    that, and Python then leaves Ctrl-C ignored, so the run would not be interrupted at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _harmonyrl(*args: str, out: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     with out.open("w") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "harmonyrl.cli", *args], stdout=f, stderr=subprocess.STDOUT, env=env
+            [sys.executable, "-m", "harmonyrl.cli", *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_default_sigint,
         )
 
 
