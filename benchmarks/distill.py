@@ -379,9 +379,7 @@ def _report(
 
 
 def _est(name: str, values: list[float], digits: int = 3) -> str:
-    e = mean_se(values)
-    se = "nan" if math.isnan(e.se) else f"{e.se:.{digits}f}"
-    return f"{name}={e.mean:.{digits}f} {name}_se={se}"
+    return mean_se(values).fields(name, digits)
 
 
 if __name__ == "__main__":

@@ -279,15 +279,18 @@ def _cli(*args: str) -> None:
         raise SystemExit(f"harmonyrl {' '.join(args[:2])} failed (exit {done.returncode})")
 
 
-def prepare(out: Path, sizes: dict[str, int], preset: str) -> Inputs:
-    """The documented inputs, made in ``out`` (each step skipped when its output is there: resumable): the
-    instruct warm start (``sizes["warm"]`` SFT steps), preference pairs from it (``sizes["prompts"]`` prompts), a
-    reward model trained on them (``sizes["rm"]`` steps) and the warm start fine-tuned to grade on the same answers
-    (``sizes["judge"]`` steps). The commands are docs/rewards.md's."""
-    gen = ["env.name=instruct", "rollout.max_new_tokens=192", "threads=1"]
+PREPARE_SIZES = {"warm": 400, "prompts": 1600, "rm": 120, "judge": 150}
+"""``--prepare``'s sizes: the documented inputs' (docs/rewards.md)."""
+
+
+def prepare(out: Path) -> Inputs:
+    """The documented inputs, made in ``out`` (each step skipped when its output is there: resumable): the micro
+    instruct warm start, preference pairs from it, a reward model trained on them and the warm start fine-tuned to
+    grade the same answers, at :data:`PREPARE_SIZES`. The commands are docs/rewards.md's."""
+    sizes, gen = PREPARE_SIZES, ["env.name=instruct", "rollout.max_new_tokens=192", "threads=1"]
     warm = out / "warm" / "checkpoints" / "sft"
     if not (warm / "config.json").is_file():
-        _cli("sft", *gen, f"model.preset={preset}", f"sft.steps={sizes['warm']}", "sft.batch_size=16",
+        _cli("sft", *gen, "model.preset=micro", f"sft.steps={sizes['warm']}", "sft.batch_size=16",
              f"output_dir={out}", "run_name=warm", "--overwrite")  # fmt: skip
     pairs = out / "pairs.jsonl"
     if not pairs.is_file():  # written under another name first: a killed run leaves no half file behind
@@ -308,7 +311,7 @@ def _inputs(args: argparse.Namespace) -> Inputs:
     """``--prepare`` makes the inputs; otherwise ``--warm`` and ``--rm`` name them (the judge: ``--judge``, or
     ``--warm`` trained on ``--train-judge``, or ``--warm`` itself)."""
     if args.prepare:
-        return prepare(args.out / "inputs", PREPARE_SIZES, "micro")
+        return prepare(args.out / "inputs")
     if args.warm is None or args.rm is None:
         raise SystemExit("rewards.py: give --warm and --rm, or --prepare to make them (docs/rewards.md)")
     judge = args.judge or args.warm
@@ -317,20 +320,14 @@ def _inputs(args: argparse.Namespace) -> Inputs:
     return Inputs(args.warm, args.rm, judge)
 
 
-PREPARE_SIZES = {"warm": 400, "prompts": 1600, "rm": 120, "judge": 150}
-"""``--prepare``'s sizes: the documented inputs' (docs/rewards.md)."""
-
-
 def pooled(per_seed: dict[int, dict[str, dict[str, object]]]) -> str:
     """The RESULT line's fields over seeds: per arm the held-out success after RL and its change (points), mean and
     standard error over seeds (:func:`harmonyrl.telemetry.stats.mean_se`), how many seeds called the proxy gamed, and
     the proxies' agreement at the end and the judge's seconds per step (means)."""
     from harmonyrl.telemetry.stats import mean_se
 
-    def est(name: str, values: list[float], digits: int) -> str:
-        e = mean_se([v for v in values if not math.isnan(v)] or [math.nan])
-        se = "nan" if math.isnan(e.se) else f"{e.se:.{digits}f}"
-        return f"{name}={e.mean:.{digits}f} {name}_se={se}"
+    def est(name: str, values: list[float], digits: int) -> str:  # seeds an arm stopped early on are left out
+        return mean_se([v for v in values if not math.isnan(v)] or [math.nan]).fields(name, digits)
 
     seeds = sorted(per_seed)
     arms = [a for a in ("code", "rm", "judge") if all(a in per_seed[s] for s in seeds)]
@@ -365,13 +362,12 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="run overrides for every arm, e.g. eval.n_tasks=200")
     args = parser.parse_args()
     inputs = _inputs(args)
-    steps = args.steps
     common = [
         "env.name=instruct", f"model.init_from={inputs.warm}", "rollout.max_new_tokens=192", "rollout.tasks_per_step=4",
-        "rollout.group_size=4", f"rl.steps={steps}", "eval.n_tasks=32", "eval.samples_per_task=2", "threads=1",
+        "rollout.group_size=4", f"rl.steps={args.steps}", "eval.n_tasks=32", "eval.samples_per_task=2", "threads=1",
         "telemetry.record_rollouts=false", *args.overrides,
     ]  # fmt: skip
-    window = args.window or max(2, steps // 4)
+    window = args.window or max(2, args.steps // 4)
     seeds = [int(s) for s in args.seeds.split(",")]
     per_seed: dict[int, dict[str, dict[str, object]]] = {}
     lines: list[str] = []

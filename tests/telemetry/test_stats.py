@@ -97,3 +97,10 @@ def test_spread_and_time_to_target() -> None:
     assert time_to_target(curve, 0.40) == pytest.approx(84.0)
     assert time_to_target(curve, 0.25) == 0.0
     assert time_to_target(curve, 0.50) == math.inf
+
+
+def test_result_fields_name_the_mean_and_its_se() -> None:
+    """The RESULT line's pair: 0.1 and 0.3 → mean 0.2, SE = sd 0.1414 / √2 = 0.1; one value has no SE."""
+    assert mean_se([0.1, 0.3]).fields("rl") == "rl=0.200 rl_se=0.100"
+    assert mean_se([-6.0, -2.0]).fields("gap_pp", 1) == "gap_pp=-4.0 gap_pp_se=2.0"
+    assert mean_se([0.25]).fields("one") == "one=0.250 one_se=nan"

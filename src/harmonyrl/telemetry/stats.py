@@ -48,6 +48,11 @@ class Estimate:
         """``52.3 % ± 2.1`` (a proportion in percent, SE in points)."""
         return f"{100 * self.mean:.1f} % ± {100 * self.se:.1f}"
 
+    def fields(self, name: str, digits: int = 3) -> str:
+        """``name=<mean> name_se=<se>`` for a benchmark's ``RESULT`` line (``nan`` for an SE it has not)."""
+        se = "nan" if math.isnan(self.se) else f"{self.se:.{digits}f}"
+        return f"{name}={self.mean:.{digits}f} {name}_se={se}"
+
 
 def mean_se(values: Sequence[float]) -> Estimate:
     """Mean of independent ``values`` ``[n]`` and its standard error ``sd / sqrt(n)`` (sample sd, ``n − 1``).
