@@ -1,7 +1,8 @@
 """The GPU check: one prepared run of everything that needs CUDA, within ~8 minutes on one H200.
 
 Sections, each in a subprocess of its own (a CUDA error in one cannot poison the next), in this order, each
-given what is left of ``--budget-s``:
+given a share of what is left of ``--budget-s`` (``SHARE``); a section stopped at its limit (its process group
+killed) still reports the figures it had kept:
 
 * ``train`` (a): the tiny ``harmonyrl train device=cuda`` end to end, once per advantage estimator (grpo,
   rloo, reinforce_pp, gae, a2c) and once with the GSPO loss and R3 routing replay: every RL step must update
@@ -13,13 +14,14 @@ given what is left of ``--budget-s``:
 * ``kernel`` (c): ``benchmarks/attention_gpu.py --check``: the flex sink kernel's exactness (forward and every
   gradient) and its time and peak memory against eager at 2k, 8k and 32k tokens.
 * ``checkpoint`` (b): a synthetic checkpoint with gpt-oss-20b's exact geometry (random weights, MXFP4 experts,
-  :mod:`harmonyrl.models.synthetic`) written to ``/dev/shm``, checked by ``harmonyrl check-checkpoint`` and loaded
-  in bf16 onto the GPU: seconds for each, GiB on the GPU.
-* ``lora_step`` (e): on that checkpoint, LoRA (r=16 on the attention projections), activation checkpointing and
-  the flex sink kernel, one policy update at 4k tokens (forward, PPO-clip loss on the sampled tokens, backward,
-  AdamW on the adapters): peak GPU memory, step time, tokens/s and MFU (6 × active parameters per token, against
-  the H200's 989 TFLOP/s dense bf16), beside the analytic memory model's prediction
-  (:mod:`harmonyrl.learn.footprint`) and its error. This is the update's model path, not the trainer's loop.
+  :mod:`harmonyrl.models.synthetic`) written to ``/dev/shm`` and checked by ``harmonyrl check-checkpoint``: seconds
+  for each.
+* ``lora_step`` (b, e): that checkpoint loaded in bf16 onto the GPU (seconds, GiB on the GPU), then LoRA (r=16
+  on the attention projections), activation checkpointing and the flex sink kernel, one policy update at 4k tokens
+  (forward, PPO-clip loss on the sampled tokens, backward, AdamW on the adapters): peak GPU memory, step time,
+  tokens/s and MFU (6 × active parameters per token, against the H200's 989 TFLOP/s dense bf16), beside the
+  analytic memory model's prediction (:mod:`harmonyrl.learn.footprint`) and its error. This is the update's
+  model path, not the trainer's loop.
 * ``engine`` (d): the embedded engine (bf16, on the GPU) vs transformers ``generate`` on a two-layer model with
   the 20b's layer geometry: tokens/s of each, and the engine-vs-trainer mismatch on the engine's own samples
   (mean k1 and k3 KL estimates, largest per-token log-prob gap; trainer forward in bf16 and in fp32).
@@ -37,15 +39,17 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("train", "gate", "kernel", "checkpoint", "lora_step", "engine")
-SHARE = {"train": 0.25, "gate": 0.15, "kernel": 0.3, "checkpoint": 0.3, "lora_step": 0.35, "engine": 0.2}
+SHARE = {"train": 0.2, "gate": 0.12, "kernel": 0.45, "checkpoint": 0.45, "lora_step": 0.6, "engine": 1.0}
 """Most of the time left that a section may take (the rest is kept for the sections after it)."""
 ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "gae", "a2c")
 H200_BF16_TFLOPS = 989.0
@@ -66,13 +70,27 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: checks that every section still runs")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "runs/gpu_check"))
     parser.add_argument("--only", default=",".join(ORDER), help=f"comma-separated sections of {','.join(ORDER)}")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of all sections together")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget of all sections together")
+    parser.add_argument("--lora-tokens", default="4096", help="lora_step: comma-separated update lengths, in tokens")
+    parser.add_argument("--lora-scoring", choices=("trainer", "whole"), default="trainer",
+                        help="lora_step: log-probs as the trainer scores them (chunked over the vocabulary), or "
+                        "log_softmax of the whole logits (the first GPU run's path)")  # fmt: skip
     parser.add_argument("--section", default=None, help=argparse.SUPPRESS)  # the child process's own section
     args = parser.parse_args()
+    if not all(t.strip().isdigit() and int(t) > 1 for t in args.lora_tokens.split(",")):
+        sys.exit(f"gpu_check: --lora-tokens wants comma-separated token counts above 1, got {args.lora_tokens!r}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.section is not None:
-        figures = SECTIONS[args.section](args.dry_run, args.out)
-        (args.out / f"{args.section}.json").write_text(json.dumps(figures, indent=1, default=str))
+        path = args.out / f"{args.section}.json"
+
+        def keep(figures: dict[str, Any]) -> None:  # what a section has so far: kept if it is stopped at its limit
+            path.write_text(json.dumps({**figures, "status": "partial"}, indent=1, default=str))
+
+        extra: dict[str, Any] = {}
+        if args.section == "lora_step":
+            extra = {"tokens": tuple(int(t) for t in args.lora_tokens.split(",")), "scoring": args.lora_scoring}
+        figures = SECTIONS[args.section](args.dry_run, args.out, keep, **extra)
+        path.write_text(json.dumps(figures, indent=1, default=str))
         return
     run_all(args)
 
@@ -94,6 +112,7 @@ def run_all(args: argparse.Namespace) -> None:
         limit = left if name == chosen[-1] else max(20.0, left * SHARE[name])
         report["sections"][name] = run_section(name, args, limit, log)
         print(f"gpu_check: {name}: {report['sections'][name]['status']}", flush=True)
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))  # after each section
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     ok = sum(s["status"] == "ok" for s in report["sections"].values())
     print(f"RESULT sections_ok={ok}/{len(chosen)} " + " ".join(headline(report["sections"])), flush=True)
@@ -101,19 +120,32 @@ def run_all(args: argparse.Namespace) -> None:
 
 
 def run_section(name: str, args: argparse.Namespace, limit: float, log: Any) -> dict[str, Any]:
-    """Run one section in a child process within ``limit`` seconds; its figures, or why there are none."""
-    argv = [sys.executable, __file__, "--section", name, "--out", str(args.out)] + (["--dry-run"] * args.dry_run)
+    """Run one section in a child process within ``limit`` seconds; its figures, or why there are none.
+
+    The child leads a process group of its own: at the limit the whole group is killed (a benchmark it started
+    too, which would otherwise hold the GPU through the next sections), and what it had kept is reported.
+    """
+    argv = [sys.executable, __file__, "--section", name, "--out", str(args.out), "--lora-tokens", args.lora_tokens,
+            "--lora-scoring", args.lora_scoring]  # fmt: skip
+    argv += ["--dry-run"] * args.dry_run
+    out = args.out / f"{name}.json"
+    out.unlink(missing_ok=True)
     start = time.monotonic()
     log.write(f"\n===== {name} (limit {limit:.0f} s) =====\n")
     log.flush()
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
-        proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=limit, cwd=ROOT)
+        proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
-        return {"status": "timeout", "seconds": round(limit, 1)}
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kept = json.loads(out.read_text()) if out.is_file() else {}
+        return {**kept, "status": "timeout", "seconds": round(limit, 1)}
     took = round(time.monotonic() - start, 1)
-    out = args.out / f"{name}.json"
     if proc.returncode != 0 or not out.is_file():
-        return {"status": "failed", "exit": proc.returncode, "seconds": took, "why": tail(args.out / "gpu_check.log")}
+        kept = json.loads(out.read_text()) if out.is_file() else {}
+        why = tail(args.out / "gpu_check.log")
+        return {**kept, "status": "failed", "exit": proc.returncode, "seconds": took, "why": why}
     figures = json.loads(out.read_text())
     return {"status": figures.pop("status", "ok"), "seconds": took, **figures}
 
@@ -126,8 +158,8 @@ def headline(sections: dict[str, dict[str, Any]]) -> list[str]:
     """The figures the RESULT line carries, where their section ran."""
     keys = {
         "kernel": ("seq8192_speedup", "seq8192_mem_ratio", "check"),
-        "lora_step": ("peak_gib", "mfu"),
-        "checkpoint": ("load_s", "gpu_gib"),
+        "lora_step": ("load_s", "gpu_gib", "peak_gib", "prediction_error", "mfu"),
+        "checkpoint": ("write_s", "check_checkpoint_exit"),
         "engine": ("engine_vs_hf", "k3_bf16"),
         "train": ("runs_ok",),
         "gate": ("gate_fp32_kl", "gate_bf16_kl", "gates_passed"),
@@ -153,6 +185,9 @@ def machine() -> dict[str, Any]:
 
 # ---- sections (each runs in its own process) ---------------------------------------------------------------
 
+Keep = Callable[[dict[str, Any]], None]
+"""A section's figures so far, written to its JSON: what a section stopped at its time limit still reports."""
+
 
 def device_of(dry_run: bool) -> str:
     import torch
@@ -164,7 +199,7 @@ def device_of(dry_run: bool) -> str:
     return "cuda"
 
 
-def section_train(dry_run: bool, out: Path) -> dict[str, Any]:
+def section_train(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
     """(a) The tiny ``harmonyrl train`` on the device, every estimator, in this process (one import for all)."""
     from harmonyrl.cli import app
 
@@ -185,6 +220,7 @@ def section_train(dry_run: bool, out: Path) -> dict[str, Any]:
             runs[name] = {"ok": updates == RL_STEPS, "updates": updates, "seconds": took, "summary": summary}
         except BaseException as e:  # SystemExit from a one-line error too: record it, go on with the next
             runs[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        keep({"runs": runs})
     ok = sum(r["ok"] for r in runs.values())
     return {"status": "ok" if ok == len(runs) else "failed", "runs_ok": f"{ok}/{len(runs)}", "runs": runs}
 
@@ -193,7 +229,7 @@ GATE_STEPS = 3
 GATE_PRECISIONS = {"fp32": [], "bf16": ["model.precision=bf16", "rollout.engine.dtype=bfloat16"]}
 
 
-def section_gate(dry_run: bool, out: Path) -> dict[str, Any]:
+def section_gate(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
     """The mismatch gate on the device, at each precision (the function ``harmonyrl check-mismatch`` runs)."""
     import asyncio
 
@@ -215,22 +251,33 @@ def section_gate(dry_run: bool, out: Path) -> dict[str, Any]:
             print(result.line(), flush=True)
         except BaseException as e:  # a one-line error too: recorded, the other precision still runs
             figures[name] = {"passed": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        keep(figures)
     passed = sum(f["passed"] for k, f in figures.items() if k in GATE_PRECISIONS)
     figures["gates_passed"] = f"{passed}/{len(GATE_PRECISIONS)}"
     return {"status": "ok" if passed == len(GATE_PRECISIONS) else "failed", **figures}
 
 
-def section_kernel(dry_run: bool, out: Path) -> dict[str, Any]:
+def section_kernel(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
     """(c) The sink kernel's exactness, time and memory (``benchmarks/attention_gpu.py``)."""
-    path = out / "kernel_bench.json"
+    path = out / "kernel_bench.json"  # rewritten after every measurement: kept if this section is stopped
     flags = ["--dry-run"] if dry_run else ["--check"]
     script = str(ROOT / "benchmarks" / "attention_gpu.py")
-    proc = subprocess.run([sys.executable, script, *flags, "--json", str(path)], capture_output=True, text=True)
-    print(proc.stdout[-4000:], proc.stderr[-4000:], flush=True)
-    result = next((line for line in reversed(proc.stdout.splitlines()) if line.startswith("RESULT ")), "")
+    proc = subprocess.Popen([sys.executable, script, *flags, "--json", str(path)])  # its output goes to the log
+    while proc.poll() is None:
+        time.sleep(2)
+        keep({"details": read_json(path)})
+    details = read_json(path)
+    result = details.get("result", "")
     figures: dict[str, Any] = dict(kv.split("=", 1) for kv in result.split()[1:])
-    figures["details"] = json.loads(path.read_text()) if path.is_file() else None
-    return {"status": "ok" if proc.returncode == 0 and result else "failed", **figures}
+    return {"status": "ok" if proc.returncode == 0 and result else "failed", **figures, "details": details}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file another process may be rewriting: ``{}`` where it is missing or half written."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def synthetic_folder(dry_run: bool, out: Path) -> Path:
@@ -247,42 +294,36 @@ def geometry(dry_run: bool) -> dict[str, Any]:
     return scaled(GPT_OSS_20B, **SMALL_GEOMETRY) if dry_run else GPT_OSS_20B
 
 
-def section_checkpoint(dry_run: bool, out: Path) -> dict[str, Any]:
-    """(b) Write, check and load (bf16, on the device) a checkpoint with gpt-oss-20b's geometry."""
-    import torch
-
-    from harmonyrl.models.load import load_checkpoint
+def section_checkpoint(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
+    """(b) Write a checkpoint with gpt-oss-20b's geometry and check it with ``harmonyrl check-checkpoint``; the
+    load onto the GPU is timed in ``lora_step`` (one load of 13 GB per check, not two)."""
     from harmonyrl.models.synthetic import write_synthetic
 
-    device = torch.device(device_of(dry_run))
     folder = synthetic_folder(dry_run, out)
     start = time.monotonic()
     if not (folder / "model.safetensors.index.json").is_file():
         write_synthetic(folder, geometry(dry_run), shard_bytes=(1 << 20) if dry_run else (4 << 30))
     wrote = time.monotonic() - start
+    figures: dict[str, Any] = {"folder": str(folder), "write_s": round(wrote, 1)}
+    keep(figures)
     start = time.monotonic()
     cli = [sys.executable, "-m", "harmonyrl.cli", "check-checkpoint", str(folder)]
     checked = subprocess.run(cli, capture_output=True, text=True)
     print(checked.stdout[-2000:], checked.stderr[-2000:], flush=True)
     check_s = time.monotonic() - start
-    start = time.monotonic()
-    model = load_checkpoint(folder, dtype=torch.bfloat16, device=device)
-    sync(device)
-    load_s = time.monotonic() - start
-    params = sum(p.numel() for p in model.parameters())
-    gib = torch.cuda.memory_allocated() / 2**30 if device.type == "cuda" else None
-    return {"status": "ok" if checked.returncode == 0 else "failed", "folder": str(folder), "write_s": round(wrote, 1),
-            "check_checkpoint_s": round(check_s, 1), "check_checkpoint_exit": checked.returncode,
-            "load_s": round(load_s, 1), "parameters_b": round(params / 1e9, 2),
-            "gpu_gib": None if gib is None else round(gib, 1)}  # fmt: skip
+    figures.update(check_checkpoint_s=round(check_s, 1), check_checkpoint_exit=checked.returncode)
+    return {"status": "ok" if checked.returncode == 0 else "failed", **figures}
 
 
-def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
-    """(e) One LoRA policy update of the 20b geometry at 4k tokens: bf16 base, checkpointing, the sink kernel."""
+def section_lora_step(
+    dry_run: bool, out: Path, keep: Keep, tokens: tuple[int, ...] = (4096,), scoring: str = "trainer"
+) -> dict[str, Any]:
+    """(e) LoRA policy updates of the 20b geometry (4k tokens by default): bf16 base, checkpointing, the sink
+    kernel; the log-probs scored as the trainer scores them (``trainer``) or in one piece (``whole``)."""
     import torch
 
-    from harmonyrl.algorithms.losses import ppo_clip_loss
     from harmonyrl.learn.footprint import Plan, estimate
+    from harmonyrl.learn.token_scores import LOGITS_BUDGET
     from harmonyrl.models import grad_checkpointing
     from harmonyrl.models.attention import set_kernel
     from harmonyrl.models.load import load_checkpoint
@@ -291,10 +332,17 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     from harmonyrl.plan.estimate import active_parameters
 
     device = torch.device(device_of(dry_run))
+    tokens = (256,) if dry_run else tokens
     folder = synthetic_folder(dry_run, out)
     if not (folder / "model.safetensors.index.json").is_file():
         write_synthetic(folder, geometry(dry_run), shard_bytes=(1 << 20) if dry_run else (4 << 30))
+    start = time.monotonic()
     model = load_checkpoint(folder, dtype=torch.bfloat16, device=device)
+    sync(device)
+    gib = torch.cuda.memory_allocated() / 2**30 if device.type == "cuda" else None
+    loaded = {"load_s": round(time.monotonic() - start, 1), "gpu_gib": None if gib is None else round(gib, 1),
+              "parameters_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 2)}  # fmt: skip
+    keep(loaded)
     add_lora(model, r=16, alpha=32, dropout=0.0, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
     for p in model.parameters():
         if p.requires_grad:
@@ -303,8 +351,35 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     if device.type == "cuda":
         set_kernel(model, "harmonyrl_flex_sink")
     model.train()
-    tokens = 256 if dry_run else 4096
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    budget = {"trainer": LOGITS_BUDGET, "whole": None}[scoring]
+    plans = {t: Plan(tokens=t, reference="none", engine="none", logits_budget=budget) for t in tokens}
+    plan_of = {t: estimate(model.config, plan).total / 2**30 for t, plan in plans.items()}
+    by_tokens: dict[int, dict[str, Any]] = {}
+    for t in tokens:
+        try:
+            by_tokens[t] = lora_update(model, optimizer, t, device, plan_of[t], scoring)
+        except torch.cuda.OutOfMemoryError as e:
+            by_tokens[t] = {"oom": str(e)[:200]}
+        keep({**loaded, "by_tokens": by_tokens})
+    first = by_tokens[tokens[0]]
+    ok = all("oom" not in r for r in by_tokens.values())
+    return {"status": "ok" if ok else "failed", **loaded, "scoring": scoring,
+            "active_parameters_b": round(active_parameters(model.config) / 1e9, 2), **first,
+            "by_tokens": by_tokens}  # fmt: skip
+
+
+def lora_update(
+    model: Any, optimizer: Any, tokens: int, device: Any, predicted_gib: float, scoring: str
+) -> dict[str, Any]:
+    """Two policy updates of ``tokens`` tokens (the first compiles the kernel for this length; the second is
+    timed): step seconds, tokens/s, MFU, and the peak GPU memory over both against the memory model's prediction."""
+    import torch
+
+    from harmonyrl.algorithms.losses import ppo_clip_loss
+    from harmonyrl.learn.batch import score
+    from harmonyrl.plan.estimate import active_parameters
+
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size - 2, (1, tokens), generator=gen).to(device)
     mask = torch.zeros(1, tokens - 1, device=device)
@@ -312,33 +387,35 @@ def section_lora_step(dry_run: bool, out: Path) -> dict[str, Any]:
     advantages = torch.randn(1, tokens - 1, generator=gen).to(device)
     times = []
     if device.type == "cuda":
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    for _ in range(2):  # the first compiles the kernel; the second is timed
+    for _ in range(2):
         start = time.monotonic()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = model(input_ids=ids).logits[:, :-1].float()
-        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            if scoring == "trainer":
+                logp = score(model, ids, torch.ones_like(ids), share_prefix=False).logprobs
+            else:
+                logits = model(input_ids=ids).logits[:, :-1].float()
+                logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+                del logits
         loss = ppo_clip_loss(logp, logp.detach(), advantages, mask, 0.2, 0.28).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         sync(device)
         times.append(time.monotonic() - start)
-        del logits, logp, loss
+        del logp, loss
     step_s = times[-1]
     flops = 6 * active_parameters(model.config) * tokens
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
-    plan = Plan(tokens=tokens, reference="none", engine="none")  # bf16 base and activations, LoRA r=16, checkpointing
-    predicted = estimate(model.config, plan).total / 2**30
-    return {"status": "ok", "tokens": tokens, "step_s": round(step_s, 3), "first_step_s": round(times[0], 1),
+    return {"tokens": tokens, "step_s": round(step_s, 3), "first_step_s": round(times[0], 1),
             "tokens_per_s": round(tokens / step_s, 1), "peak_gib": None if peak is None else round(peak, 1),
             "mfu": round(flops / step_s / (H200_BF16_TFLOPS * 1e12), 4) if device.type == "cuda" else None,
-            "active_parameters_b": round(active_parameters(model.config) / 1e9, 2),
-            "predicted_peak_gib": round(predicted, 1),
-            "prediction_error": None if peak is None else round(predicted / peak - 1, 3)}  # fmt: skip
+            "predicted_peak_gib": round(predicted_gib, 1),
+            "prediction_error": None if peak is None else round(predicted_gib / peak - 1, 3)}  # fmt: skip
 
 
-def section_engine(dry_run: bool, out: Path) -> dict[str, Any]:
+def section_engine(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
     """(d) Engine vs ``generate`` tokens/s, and engine-vs-trainer mismatch on the engine's own samples."""
     import asyncio
 
@@ -382,11 +459,13 @@ def section_engine(dry_run: bool, out: Path) -> dict[str, Any]:
     figures: dict[str, Any] = {"status": "ok", "engine_tokens_per_s": round(engine_tokens / engine_s, 1),
                                "hf_tokens_per_s": round(prompts * new / hf_s, 1)}  # fmt: skip
     figures["engine_vs_hf"] = round(figures["engine_tokens_per_s"] / figures["hf_tokens_per_s"], 2)
+    keep(figures)
     for dtype in (torch.bfloat16, torch.float32):
         torch.nn.Module.to(model, dtype=dtype)
         k1, k3, gap = mismatch(model, batch, gens, device)
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
         figures.update({f"k1_{name}": k1, f"k3_{name}": k3, f"max_gap_{name}": gap})
+        keep(figures)
     asyncio.run(engine.close())
     return figures
 

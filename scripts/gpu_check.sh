@@ -12,6 +12,15 @@ if [[ " $* " != *" --dry-run "* ]] && compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 out="${OUT:-runs/gpu_check}"
-mkdir -p "$out"
-python3 scripts/gpu_check.py --out "$out" "$@" 2>&1 | tee "$out/console.log"
-exit "${PIPESTATUS[0]}"
+# The device tool brings back at most 8 files from $OUT: there the check works in a folder of its own and copies
+# into $OUT its report, its log and one archive of the rest (run folders' checkpoints left out).
+work="$out"
+[[ -n "${OUT:-}" ]] && work="$(mktemp -d /tmp/gpu_check.XXXX)"
+mkdir -p "$out" "$work"
+python3 scripts/gpu_check.py --out "$work" "$@" 2>&1 | tee "$out/console.log"
+rc="${PIPESTATUS[0]}"
+if [[ "$work" != "$out" ]]; then
+  cp "$work/gpu_check.json" "$work/gpu_check.log" "$out/" 2>/dev/null
+  tar czf "$out/gpu_check_files.tgz" -C "$work" --exclude=checkpoints --exclude='synthetic-*' . || true
+fi
+exit "$rc"

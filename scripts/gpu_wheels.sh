@@ -11,7 +11,8 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
   platforms+=(--platform "$p")
 done
 version() { python3 -c "import importlib.metadata as m; print(m.version('$1'))"; }
-for name in pydantic pydantic_core annotated-types typing-inspection typing_extensions; do
+# peft: the image has one, of a version nobody here has read; the one the CPU tests ran with travels instead
+for name in pydantic pydantic_core annotated-types typing-inspection typing_extensions peft; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d .whl "$name==$(version "$name")"
 done

@@ -139,3 +139,25 @@ def test_flex_backward_equals_eager_on_cuda() -> None:
         )
     records = check_flex_sink("cuda")
     assert all(r["ok"] for r in records), _failures(records)
+
+
+def test_flex_always_runs_its_main_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled on the H200, inductor picked flex's decoding kernel for a 100-query call once shapes were dynamic
+    and found no valid configuration (2026-11-29, docs/gpu.md): every call must ask for the main kernel."""
+    from torch.nn.attention import flex_attention as flex_module
+
+    from harmonyrl.models.attention import flex as flex_impl
+    from harmonyrl.models.attention_check import CASES, check_flex_sink
+
+    seen: list[dict[str, object]] = []
+    real = flex_module.flex_attention
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(flex_module, "flex_attention", spy)
+    short = next(c for c in CASES if c.t < 128)  # the cached-prefix case: fewer than 128 queries
+    assert all(r["ok"] for r in check_flex_sink("cpu", backward=False, cases=(short,)))
+    assert seen and all(k.get("kernel_options") == flex_impl.FLEX_KERNEL_OPTIONS for k in seen)
+    assert flex_impl.FLEX_KERNEL_OPTIONS == {"FORCE_USE_FLEX_ATTENTION": True}

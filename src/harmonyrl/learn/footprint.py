@@ -98,6 +98,9 @@ class Plan:
     """Tokens per sequence (its ``max_seq_len``)."""
     kv_window: bool = True
     """Sliding-window layers keep only their window of keys and values."""
+    logits_budget: int | None = LOGITS_BUDGET
+    """Most logits scored at once (the trainer's chunking, :mod:`harmonyrl.learn.token_scores`); None: the whole
+    ``[N, V]`` in one piece, as a plain ``log_softmax(logits.float())`` does (the GPU check's first run did)."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,8 @@ def activation_peak(config: GptOssConfig, plan: Plan) -> float:
     """Bytes alive at the peak of one micro-batch's forward and backward (module docstring)."""
     n, h, layers, act = plan.tokens, config.hidden_size, config.num_hidden_layers, plan.activation_bytes
     per_v, per_h, per_1 = LOGITS_PHASE
-    logits = per_v * min(n * config.vocab_size, LOGITS_BUDGET) * 4 + n * (per_h * h + per_1) * act
+    scored = n * config.vocab_size if plan.logits_budget is None else min(n * config.vocab_size, plan.logits_budget)
+    logits = per_v * scored * 4 + n * (per_h * h + per_1) * act
     if plan.checkpointing:
         return n * layers * h * act + max(logits, n * per_token(config, RECOMPUTED_LAYER) * act)
     return layers * n * per_token(config, STACKED_LAYER) * act + logits

@@ -53,11 +53,32 @@ FLEX_DYNAMIC: bool | None = None
 shape compiles static, the first different one recompiles with symbolic lengths, later lengths reuse it), as
 transformers compiles its own flex kernel."""
 
+FLEX_RECOMPILE_LIMIT = 64
+"""Compiled variants of flex (and of the block-mask builder) one process may hold. Each distinct mask function,
+dtype, grad mode and static-then-dynamic shape is one; torch's default limit is 8, and past it dynamo runs the call
+*uncompiled* (a log warning only), which materialises the ``[B, H, T, S]`` scores: the exactness check's 12 variants
+alone reached it, so the benchmark that followed would have timed, and a long run would have trained on, the slow
+quadratic path (seen with dynamo's eager backend on the CPU, 2026-11-29: ``tests/models/test_flex_recompiles.py``)."""
+
+
+FLEX_KERNEL_OPTIONS = {"FORCE_USE_FLEX_ATTENTION": True}
+"""Always flex's main (training) kernel. Compiled, inductor picks its decoding kernel for queries shorter than 128
+tokens, which found no valid configuration for the exactness check's 100-query cached-prefix case on the H200
+(``NoValidChoicesError``, torch 2.11, 2026-11-29) and would do the same to a short training sequence; decoding is
+not this kernel's job (the engine decodes with its own)."""
+
+
+def raise_recompile_limit() -> None:
+    """Let dynamo keep :data:`FLEX_RECOMPILE_LIMIT` variants per function (never lowers a larger setting)."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(int(config.recompile_limit), FLEX_RECOMPILE_LIMIT)
+
 
 @functools.cache
 def _compiled_flex() -> Callable[..., Any]:
     """flex attention compiled once per process (fused Triton kernels on CUDA; the uncompiled call materialises
     the ``[B, H, T, S]`` scores)."""
+    raise_recompile_limit()
     return torch.compile(flex.flex_attention, dynamic=FLEX_DYNAMIC)
 
 
@@ -81,7 +102,8 @@ def _flex_call(
     with warnings.catch_warnings():
         if on_cpu:  # uncompiled on purpose there (module docstring); torch warns about it once per process
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        out, aux = fn(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=gqa, **lse_kwargs)
+        out, aux = fn(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+                      kernel_options=FLEX_KERNEL_OPTIONS, **lse_kwargs)  # fmt: skip
     lse = aux if isinstance(aux, torch.Tensor) else aux.lse
     return out, lse
 
@@ -142,6 +164,8 @@ def flex_block_mask(
         mask_mod = and_masks(mask_mod, padding_mask_function(padding))
     mask_mod = add_offsets_to_mask_function(mask_mod, q_offset, kv_offset)
     on_cuda = torch.device(device).type == "cuda"
+    if on_cuda:
+        raise_recompile_limit()
     return flex.create_block_mask(mask_mod, batch_size, None, q_length, kv_length, device=device, _compile=on_cuda)
 
 
