@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # engine_precision: the engine section's measure and rounding
 ORDER = ("train", "gate", "kernel", "checkpoint", "lora_step", "engine")
 SHARE = {"train": 0.2, "gate": 0.12, "kernel": 0.45, "checkpoint": 0.45, "lora_step": 0.6, "engine": 1.0}
 """Most of the time left that a section may take (the rest is kept for the sections after it)."""
@@ -233,6 +234,7 @@ def section_gate(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
     """The mismatch gate on the device, at each precision (the function ``harmonyrl check-mismatch`` runs)."""
     import asyncio
 
+    from engine_precision import sig
     from rich.console import Console
 
     from harmonyrl.config import load_config
@@ -420,6 +422,7 @@ def section_engine(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
     import asyncio
 
     import torch
+    from engine_precision import mismatch
     from transformers import GptOssConfig, GptOssForCausalLM
 
     from harmonyrl.engine.local.engine import LocalEngine
@@ -468,29 +471,6 @@ def section_engine(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
         keep(figures)
     asyncio.run(engine.close())
     return figures
-
-
-def mismatch(model: Any, prompts: list[list[int]], gens: list[Any], device: Any) -> tuple[float, float, float]:
-    """Mean k1 and k3 KL estimates (sampler ‖ trainer) and the largest |Δ log-prob| over the sampled tokens."""
-    import torch
-
-    k1s, k3s, gaps = [], [], []
-    with torch.no_grad():
-        for prompt, g in zip(prompts, gens, strict=True):
-            ids = torch.tensor([prompt + list(g.token_ids)], device=device)
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-            trainer = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
-            sampler = torch.tensor(g.logprobs, device=device, dtype=torch.float32)
-            log_ratio = trainer - sampler  # log p_trainer / p_sampler on the sampler's own samples
-            k1s.append((-log_ratio).mean().item())
-            k3s.append((log_ratio.exp() - 1 - log_ratio).mean().item())
-            gaps.append(log_ratio.abs().max().item())
-    return sig(sum(k1s) / len(k1s)), sig(sum(k3s) / len(k3s)), sig(max(gaps))
-
-
-def sig(x: float) -> float:
-    """Three significant figures (a KL of 1e-7 must not print as 0)."""
-    return float(f"{x:.3g}")
 
 
 def sync(device: Any) -> None:
