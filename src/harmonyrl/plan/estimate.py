@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from transformers import GptOssConfig
@@ -45,6 +44,7 @@ from harmonyrl.engine.config import LocalEngineConfig
 from harmonyrl.learn.footprint import GIB, Footprint, Plan, estimate, parameter_count
 from harmonyrl.models.real import load_config
 from harmonyrl.plan.hardware import Hardware
+from harmonyrl.tasks.ecosystems.textarena_config import TextArenaEnvConfig
 
 TRAIN_MFU = 0.4
 PREFILL_MFU = 0.5
@@ -200,8 +200,7 @@ def other_models(run: RunConfig) -> float:
     if run.rl.distill is not None:
         teacher = dataclasses.replace(plan, lora_rank=None, reference="none", engine="none")
         total += estimate(load_config(run.rl.distill.teacher), teacher).weights
-    opponent = getattr(run.env, "opponent_checkpoint", None)  # TextArena's env.opponent, when it names a folder
-    if isinstance(opponent, Path):
+    if isinstance(run.env, TextArenaEnvConfig) and (opponent := run.env.opponent_checkpoint) is not None:
         engine = estimate(load_config(opponent), dataclasses.replace(plan, lora_rank=None, engine="copy"))
         total += engine.engine_weights + engine.kv_cache
     return total
