@@ -463,6 +463,13 @@ def section_engine(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
                                "hf_tokens_per_s": round(prompts * new / hf_s, 1)}  # fmt: skip
     figures["engine_vs_hf"] = round(figures["engine_tokens_per_s"] / figures["hf_tokens_per_s"], 2)
     keep(figures)
+    figures["profile"] = {  # where each one's time goes (the engine was 0.66x generate on the H200: why)
+        "engine": profiled(lambda: asyncio.run(sample()), device, out / "engine_profile.txt"),
+        "hf": profiled(lambda: model.generate(input_ids=ids, do_sample=True, max_new_tokens=new, min_new_tokens=new,
+                                              top_k=0, pad_token_id=config.pad_token_id),
+                       device, out / "hf_profile.txt"),
+    }  # fmt: skip
+    keep(figures)
     for dtype in (torch.bfloat16, torch.float32):
         torch.nn.Module.to(model, dtype=dtype)
         k1, k3, gap = mismatch(model, batch, gens, device)
@@ -471,6 +478,37 @@ def section_engine(dry_run: bool, out: Path, keep: Keep) -> dict[str, Any]:
         keep(figures)
     asyncio.run(engine.close())
     return figures
+
+
+def profiled(fn: Any, device: Any, table: Path, top: int = 12) -> dict[str, Any]:
+    """One call of ``fn`` under torch's profiler: wall seconds, kernel launches, and the ops with the most self
+    time on the host and (CUDA) on the device; the full table is written to ``table``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda
+    start = time.monotonic()
+    with profile(activities=activities) as prof:
+        fn()
+        sync(device)
+    wall = time.monotonic() - start
+    events = prof.key_averages()
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    table.write_text(events.table(sort_by=sort, row_limit=40))
+
+    def device_us(e: Any) -> float:
+        return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)))
+
+    def rows(key: Any) -> list[tuple[str, int, float]]:
+        ranked = sorted(events, key=key, reverse=True)[:top]
+        return [(e.key, int(e.count), round(key(e) / 1e3, 2)) for e in ranked]
+
+    launches = sum(
+        int(e.count) for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
+    )
+    return {"wall_s": round(wall, 3), "kernel_launches": launches if cuda else None,
+            "host_ms": rows(lambda e: float(e.self_cpu_time_total)),
+            "device_ms": rows(device_us) if cuda else None}  # fmt: skip
 
 
 def sync(device: Any) -> None:

@@ -89,7 +89,7 @@ class SamplingParams:
     tokens whatever else is in the batch."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Routing:
     """MoE routing of a token stream: ``ids`` ``[T, L, k]`` — the top-k expert ids at each position, per layer.
 
@@ -109,6 +109,13 @@ class Routing:
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable tensor inside: not hashable
+
+    def __repr__(self) -> str:
+        """Shape and dtype, never the values: formatting ``T·L·k`` ints reads each one back (a device sync each on
+        CUDA), and Python formats results it is never asked to show — ``asyncio.run`` repr()s its finished task,
+        result included, when it restores the SIGINT handler (3.11 and 3.12: ``signal.getsignal`` → enum), which
+        made a timed ``asyncio.run`` of 4 generations 10 ms (70 %) slower on the CPU."""
+        return f"Routing(ids=<{'x'.join(map(str, self.ids.shape))} {str(self.ids.dtype).removeprefix('torch.')}>)"
 
 
 @dataclass(frozen=True)
