@@ -17,14 +17,16 @@ killed) still reports the figures it had kept:
   :mod:`harmonyrl.models.synthetic`) written to ``/dev/shm`` and checked by ``harmonyrl check-checkpoint``: seconds
   for each.
 * ``lora_step`` (b, e): that checkpoint loaded in bf16 onto the GPU (seconds, GiB on the GPU), then LoRA (r=16
-  on the attention projections), activation checkpointing and the flex sink kernel, one policy update at 4k tokens
-  (forward, PPO-clip loss on the sampled tokens, backward, AdamW on the adapters): peak GPU memory, step time,
+  on the attention projections), activation checkpointing and the flex sink kernel, two policy updates per length
+  (``--lora-tokens``, 4k by default; forward, PPO-clip loss on the sampled tokens as the trainer scores them,
+  backward, AdamW on the adapters): peak GPU memory, step time,
   tokens/s and MFU (6 × active parameters per token, against the H200's 989 TFLOP/s dense bf16), beside the
   analytic memory model's prediction (:mod:`harmonyrl.learn.footprint`) and its error. This is the update's
   model path, not the trainer's loop.
 * ``engine`` (d): the embedded engine (bf16, on the GPU) vs transformers ``generate`` on a two-layer model with
   the 20b's layer geometry: tokens/s of each, and the engine-vs-trainer mismatch on the engine's own samples
-  (mean k1 and k3 KL estimates, largest per-token log-prob gap; trainer forward in bf16 and in fp32).
+  (mean k1 and k3 KL estimates, largest per-token log-prob gap; trainer forward in bf16 and in fp32), and one
+  profiled call of each (wall time, kernel launches, the ops with the most host and device time).
 
 Writes ``gpu_check.json`` (every figure, each section's status, versions, the machine) and ``gpu_check.log`` into
 ``--out``; the last line is ``RESULT sections_ok=K/N …``. ``--dry-run`` runs every section on the CPU at tiny
@@ -140,11 +142,11 @@ def run_section(name: str, args: argparse.Namespace, limit: float, log: Any) -> 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        kept = json.loads(out.read_text()) if out.is_file() else {}
+        kept = read_json(out)  # {} if it was never written, or killed mid-write
         return {**kept, "status": "timeout", "seconds": round(limit, 1)}
     took = round(time.monotonic() - start, 1)
     if proc.returncode != 0 or not out.is_file():
-        kept = json.loads(out.read_text()) if out.is_file() else {}
+        kept = read_json(out)  # {} if it was never written, or killed mid-write
         why = tail(args.out / "gpu_check.log")
         return {**kept, "status": "failed", "exit": proc.returncode, "seconds": took, "why": why}
     figures = json.loads(out.read_text())
