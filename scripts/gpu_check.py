@@ -356,13 +356,12 @@ def section_lora_step(
         set_kernel(model, "harmonyrl_flex_sink")
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    budget = {"trainer": LOGITS_BUDGET, "whole": None}[scoring]
-    plans = {t: Plan(tokens=t, reference="none", engine="none", logits_budget=budget) for t in tokens}
-    plan_of = {t: estimate(model.config, plan).total / 2**30 for t, plan in plans.items()}
+    budget = {"trainer": LOGITS_BUDGET, "whole": None}[scoring]  # how the update below scores its log-probs
     by_tokens: dict[int, dict[str, Any]] = {}
     for t in tokens:
+        predicted = estimate(model.config, Plan(tokens=t, reference="none", engine="none", logits_budget=budget))
         try:
-            by_tokens[t] = lora_update(model, optimizer, t, device, plan_of[t], scoring)
+            by_tokens[t] = lora_update(model, optimizer, t, device, predicted.total / 2**30, scoring)
         except torch.cuda.OutOfMemoryError as e:
             by_tokens[t] = {"oom": str(e)[:200]}
         keep({**loaded, "by_tokens": by_tokens})
